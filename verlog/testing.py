@@ -1,0 +1,165 @@
+"""Helpers for smoke runs and tests that users want too: a tiny model built locally, no downloads.
+
+``build_tiny_model`` writes a Qwen2-architecture causal LM with random weights and a byte-level BPE tokenizer trained
+on a small corpus with the ``tokenizers`` library, plus a ChatML chat template (the Qwen2.5 layout), through
+``save_pretrained``. The folder loads in transformers and in vLLM (CPU or GPU), so verl's whole PPO/SFT stack can run
+on it. Deterministic for a given seed and corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# ChatML, as Qwen2.5 uses it (without the tool-calling branches). ``add_generation_prompt`` opens an assistant turn.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# Default tokenizer corpus: the words the built-in text games and verlog's prompts use, so that prompts tokenize
+# into few tokens even with a small vocabulary.
+DEFAULT_CORPUS = [
+    "You are an agent playing a simple navigation game. Your goal is to go to the red ball.",
+    "The following are the possible actions you can take in the game, followed by a short description of each action:",
+    "turn left: turn to the left, turn right: turn to the right, go forward: take one step forward,",
+    "pick up: pick up the object below you, drop: drop the object that you are holding,",
+    "toggle: manipulate the object in front of you. In a moment I will present you an observation.",
+    "Tips: Once the desired object you want to interact or pickup in front of you, you can use the toggle action.",
+    "It doesn't make sense to repeat the same action over and over if the observation doesn't change. PLAY!",
+    "a wall 1 step forward a wall 2 steps left a wall 3 steps right a green key 1 step right and 2 steps forward",
+    "a locked blue door 6 steps forward a open yellow door 1 step forward You carry a yellow key a purple box",
+    "a grey ball a red box a blue key put the purple ball next to the yellow ball open the door",
+    "pick up the green key, then go to the yellow key go to a yellow key after you pick up a yellow key",
+    "Observation: Current Observation: Previous plan: What will you do next? Please respond in the following format:",
+    "THINK: step-by-step reasoning ACTION: One valid action from the allowed set.",
+    "THINK: the key is ahead, so I move forward. ACTION: go forward",
+    "THINK: the ball is to the left, so I turn left. ACTION: turn left",
+    "THINK: the box is to the right, so I turn right. ACTION: turn right",
+    "You are an agent playing Crafter. Noop Move West Move East Move North Move South Do Sleep Place Stone",
+    "Place Table Place Furnace Place Plant Make Wood Pickaxe Make Stone Pickaxe Make Iron Pickaxe Make Wood Sword",
+    "You see: - grass 1 step to your west - tree 5 steps to your north-east You face grass at your front.",
+    "Your status: - health: 9/9 - food: 9/9 - drink: 9/9 - energy: 9/9 Your inventory: - wood: 1 - sapling: 1",
+    "Active rules: baba is you wall is stop key is win Objects on the map: rule `is` 1 step up",
+    "ball 2 steps to the right and 1 step down door 3 steps to the left idle up right down left",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 , . : ; ! ? ' \" ( ) [ ] - _ / \n",
+]
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """The sizes of a tiny model. head_dim must be >= 32 for vLLM's CPU attention."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    intermediate_size: int = 128
+    vocab_size: int = 512
+    max_position_embeddings: int = 4096
+    seed: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def validate(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must divide by num_heads {self.num_heads}")
+        if self.head_dim < 32:
+            raise ValueError(
+                f"head_dim = hidden_size / num_heads = {self.head_dim}; vLLM's CPU attention needs >= 32: "
+                "raise hidden_size or lower num_heads"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} must divide by num_kv_heads {self.num_kv_heads}")
+        if self.vocab_size < 300:
+            raise ValueError(f"vocab_size {self.vocab_size} is below the 256 byte tokens plus merges: use >= 300")
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int):
+    """A byte-level BPE tokenizer (``transformers.PreTrainedTokenizerFast``) trained on ``corpus``, ChatML-ready."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+        model_max_length=1 << 20,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_model(
+    path: str | Path,
+    corpus: Iterable[str] | None = None,
+    spec: TinyModelSpec | None = None,
+    **sizes: int,
+) -> Path:
+    """Write a tiny Qwen2 causal LM with random weights and a locally trained tokenizer to ``path``.
+
+    Args:
+        path: output folder (created; existing files are overwritten).
+        corpus: texts to train the tokenizer on (default: the built-in games' vocabulary).
+        spec: model sizes; or give the fields of :class:`TinyModelSpec` as keyword arguments
+            (e.g. ``hidden_size=512, num_layers=8``).
+
+    Returns:
+        The folder, ready for ``AutoModelForCausalLM.from_pretrained``, vLLM and verl.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    if spec is None:
+        spec = TinyModelSpec(**sizes)
+    elif sizes:
+        raise TypeError("give either spec or size keyword arguments, not both")
+    spec.validate()
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = train_tokenizer(DEFAULT_CORPUS if corpus is None else corpus, spec.vocab_size)
+    vocab = len(tokenizer)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
+    )
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "verlog_tiny_model.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
+    return out
