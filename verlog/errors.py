@@ -1,0 +1,19 @@
+"""Exception classes of the verlog package. Messages name the offending value and the fix."""
+
+from __future__ import annotations
+
+
+class VerlogError(Exception):
+    """Base class of every error raised by ``verlog``."""
+
+
+class PromptTooLongError(VerlogError, ValueError):
+    """Even the smallest allowed prompt (instruction + current observation + generation prompt) exceeds the budget."""
+
+
+class MemoryUsageError(VerlogError, RuntimeError):
+    """``SlidingMemory`` methods called out of order (e.g. ``record()`` twice for one observation)."""
+
+
+class AdvantageInputError(VerlogError, ValueError):
+    """Tensors given to an advantage or loss function with bad shapes, dtypes, masks or links between rows."""

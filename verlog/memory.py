@@ -1,0 +1,304 @@
+"""The sliding n+1-turn memory: each turn's prompt holds the instruction, the last n turns and the current observation.
+
+Layout of :meth:`SlidingMemory.messages` (Verlog's, after BALROG; docs/algorithms.md), for ``n = 2``::
+
+    {instruction_role}  <env instruction>
+    user                Observation:\\n<long-term text of turn t-2>
+    assistant           <executed action of turn t-2>          (older than keep_reasoning_turns)
+    user                Observation:\\n<long-term text of turn t-1>
+    assistant           Previous plan:\\n<full model output of turn t-1>
+    user                Current Observation:\\n<short-term text>\\n<long-term text>\\n\\n<format instruction>
+
+So the prompt length stays flat however long the episode runs. :meth:`SlidingMemory.build_prompt` renders the
+messages with the tokenizer's own chat template and enforces a token budget without ever cutting the instruction,
+the current observation or the generation prompt.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from verlog.errors import MemoryUsageError, PromptTooLongError
+
+COT_FORMAT_INSTRUCTION = (
+    "What will you do next? Please respond in the following format:\n"
+    "    THINK: step-by-step reasoning\n"
+    "    ACTION: One valid action from the allowed set."
+)
+"""Verlog's chain-of-thought format instruction (balrog-text-spec.md 4.5), appended to the last user message."""
+
+STATE_FORMAT = "verlog.memory/1"
+
+
+@dataclass
+class PromptTemplate:
+    """The wording of the prompt; the defaults are Verlog's.
+
+    Attributes:
+        instruction_role: chat role of the env instruction ("system" in Verlog, "user" in BALROG).
+        observation_header: put before each past observation.
+        current_header: put before the current observation.
+        plan_header: put before a past turn's full model output (turns within ``keep_reasoning_turns``).
+        format_instruction: appended to the last user message after a blank line; "" appends nothing.
+        truncation_marker: appended to an observation that the token budget shortened.
+    """
+
+    instruction_role: str = "system"
+    observation_header: str = "Observation:\n"
+    current_header: str = "Current Observation:\n"
+    plan_header: str = "Previous plan:\n"
+    format_instruction: str = COT_FORMAT_INSTRUCTION
+    truncation_marker: str = "\n[...]"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One finished turn in the memory: its observation's long-term text, the model's output, the executed action."""
+
+    long_term: str
+    response: str
+    action: str
+
+
+@dataclass
+class BuiltPrompt:
+    """A rendered, tokenized prompt.
+
+    Attributes:
+        messages: the chat messages that were rendered.
+        token_ids: the prompt's token ids (chat template applied, generation prompt included).
+        num_tokens: ``len(token_ids)``.
+        turns_kept: how many past turns the prompt holds (fewer than the memory's when the budget dropped some).
+        truncated_observation: whether the oldest kept observation was shortened to fit the budget.
+        text: the rendered prompt text.
+    """
+
+    messages: list[dict[str, str]]
+    token_ids: list[int]
+    num_tokens: int
+    turns_kept: int
+    truncated_observation: bool
+    text: str = field(default="", repr=False)
+
+
+class ChatTokenizer(Protocol):
+    """What :meth:`SlidingMemory.build_prompt` needs of a tokenizer (any Hugging Face tokenizer fits)."""
+
+    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
+
+
+class SlidingMemory:
+    """Per-slot memory of one episode, giving each turn's prompt.
+
+    Call order per episode: ``reset(instruction)``, then per turn ``observe(...)``, ``messages()`` or
+    ``build_prompt(...)``, ``record(response, action)``; the next ``observe`` moves the recorded turn into history.
+
+    Args:
+        n: past turns shown (Verlog's ``max_text_history``; n actions and n + 1 observations). 0 shows only the
+            instruction and the current observation.
+        keep_reasoning_turns: the newest this-many past turns show the model's full output under ``plan_header``;
+            older ones show only the executed action.
+        template: wording of the prompt (default: Verlog's).
+    """
+
+    def __init__(self, n: int = 1, keep_reasoning_turns: int = 1, template: PromptTemplate | None = None) -> None:
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"memory n must be an integer >= 0 (past turns shown), got {n!r}")
+        if not isinstance(keep_reasoning_turns, int) or keep_reasoning_turns < 0:
+            raise ValueError(f"keep_reasoning_turns must be an integer >= 0, got {keep_reasoning_turns!r}")
+        self.n = n
+        self.keep_reasoning_turns = keep_reasoning_turns
+        self.template = template if template is not None else PromptTemplate()
+        self._instruction: str | None = None
+        self._history: deque[Turn] = deque(maxlen=n)
+        self._current: tuple[str, str] | None = None
+        self._recorded: tuple[str, str] | None = None
+        self._turn_index = -1
+
+    # ------------------------------------------------------------------ episode events
+    def reset(self, instruction: str) -> None:
+        """Start a new episode: forget every turn and set the env's instruction."""
+        self._instruction = instruction
+        self._history.clear()
+        self._current = None
+        self._recorded = None
+        self._turn_index = -1
+
+    def set_instruction(self, instruction: str) -> None:
+        """Replace the instruction (Crafter rebuilds it every step with the remaining achievements)."""
+        self._instruction = instruction
+
+    def observe(self, long_term: str, short_term: str = "") -> None:
+        """Set the current observation; the previous one (with its recorded output) moves into history."""
+        if self._instruction is None:
+            raise MemoryUsageError("SlidingMemory.observe() before reset(instruction): call reset() at episode start")
+        if self._current is not None:
+            if self._recorded is None:
+                raise MemoryUsageError(
+                    "SlidingMemory.observe() called twice without record(): record the model's output and the "
+                    "executed action of each turn before the next observation"
+                )
+            response, action = self._recorded
+            self._history.append(Turn(self._current[0], response, action))
+        self._current = (long_term, short_term)
+        self._recorded = None
+        self._turn_index += 1
+
+    def record(self, response: str, action: str) -> None:
+        """Store the model's full output for the current turn and the action string that was executed."""
+        if self._current is None:
+            raise MemoryUsageError("SlidingMemory.record() before observe(): there is no current turn to record")
+        if self._recorded is not None:
+            raise MemoryUsageError("SlidingMemory.record() called twice for one observation")
+        self._recorded = (response, action)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def instruction(self) -> str | None:
+        return self._instruction
+
+    @property
+    def history(self) -> tuple[Turn, ...]:
+        """The remembered past turns, oldest first (at most ``n``)."""
+        return tuple(self._history)
+
+    @property
+    def turn_index(self) -> int:
+        """Index of the current turn in the episode (0 after the first ``observe``; -1 before it)."""
+        return self._turn_index
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages of the current turn's prompt, with all remembered turns."""
+        return self._messages(len(self._history), None)
+
+    def build_prompt(self, tokenizer: ChatTokenizer, max_prompt_tokens: int | None = None) -> BuiltPrompt:
+        """Render and tokenize the current prompt with the tokenizer's chat template (generation prompt added).
+
+        With ``max_prompt_tokens``, a prompt over budget first loses its oldest turns, then (when one turn is left)
+        that turn's observation is shortened (``template.truncation_marker`` marks it), then the turn goes too. The
+        instruction, the current observation and the generation prompt are never cut.
+
+        Raises:
+            PromptTooLongError: even the instruction + current observation + generation prompt exceed the budget.
+        """
+        if max_prompt_tokens is not None and max_prompt_tokens <= 0:
+            raise ValueError(f"max_prompt_tokens must be positive or None, got {max_prompt_tokens}")
+        total = len(self._history)
+        full = self._render(tokenizer, total, None)
+        if max_prompt_tokens is None or full.num_tokens <= max_prompt_tokens:
+            return full
+        # Largest number of newest turns that fits (the token count only grows with more turns).
+        low, high = 0, total - 1  # ``high`` turns is the most that may still fit
+        best: BuiltPrompt | None = None
+        while low < high:
+            mid = (low + high + 1) // 2
+            attempt = self._render(tokenizer, mid, None)
+            if attempt.num_tokens <= max_prompt_tokens:
+                low, best = mid, attempt
+            else:
+                high = mid - 1
+        if low >= 1:
+            return best if best is not None and best.turns_kept == low else self._render(tokenizer, low, None)
+        if total >= 1:
+            shortened = self._shorten_newest(tokenizer, max_prompt_tokens)
+            if shortened is not None:
+                return shortened
+        minimal = self._render(tokenizer, 0, None)
+        if minimal.num_tokens <= max_prompt_tokens:
+            return minimal
+        raise self._too_long(tokenizer, minimal.num_tokens, max_prompt_tokens)
+
+    # ------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state of the episode (the wording in ``template`` is configuration, not state)."""
+        return {
+            "format": STATE_FORMAT,
+            "n": self.n,
+            "keep_reasoning_turns": self.keep_reasoning_turns,
+            "instruction": self._instruction,
+            "history": [{"long_term": t.long_term, "response": t.response, "action": t.action} for t in self._history],
+            "current": None
+            if self._current is None
+            else {"long_term": self._current[0], "short_term": self._current[1]},
+            "recorded": None
+            if self._recorded is None
+            else {"response": self._recorded[0], "action": self._recorded[1]},
+            "turn_index": self._turn_index,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output. With a smaller ``n`` than when saved, only the newest turns are kept."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"not a SlidingMemory state (format {found!r}, expected {STATE_FORMAT!r})")
+        try:
+            history = [Turn(h["long_term"], h["response"], h["action"]) for h in state["history"]]
+            current = state["current"]
+            recorded = state["recorded"]
+            self._instruction = state["instruction"]
+            self._current = None if current is None else (current["long_term"], current["short_term"])
+            self._recorded = None if recorded is None else (recorded["response"], recorded["action"])
+            self._turn_index = int(state["turn_index"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"SlidingMemory state is missing or has a malformed field: {exc!r}") from exc
+        self._history = deque(history, maxlen=self.n)
+
+    # ------------------------------------------------------------------ internals
+    def _messages(self, turns: int, shortened: str | None) -> list[dict[str, str]]:
+        """Messages with the newest ``turns`` past turns; ``shortened`` replaces the oldest kept observation."""
+        if self._instruction is None or self._current is None:
+            raise MemoryUsageError("no current observation: call reset(instruction) and observe() first")
+        tpl = self.template
+        out = [{"role": tpl.instruction_role, "content": self._instruction}]
+        history = list(self._history)
+        kept = history[len(history) - turns :] if turns else []
+        for i, turn in enumerate(kept):
+            age = len(kept) - i  # 1 = the previous turn
+            obs = shortened if (i == 0 and shortened is not None) else turn.long_term
+            out.append({"role": "user", "content": tpl.observation_header + obs})
+            if age <= self.keep_reasoning_turns:
+                out.append({"role": "assistant", "content": tpl.plan_header + turn.response})
+            else:
+                out.append({"role": "assistant", "content": turn.action})
+        long_term, short_term = self._current
+        current = tpl.current_header + (f"{short_term}\n{long_term}" if short_term else long_term)
+        if tpl.format_instruction:
+            current += "\n\n" + tpl.format_instruction
+        out.append({"role": "user", "content": current})
+        return out
+
+    def _render(self, tokenizer: ChatTokenizer, turns: int, shortened: str | None) -> BuiltPrompt:
+        messages = self._messages(turns, shortened)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        return BuiltPrompt(messages, ids, len(ids), turns, shortened is not None, text)
+
+    def _shorten_newest(self, tokenizer: ChatTokenizer, budget: int) -> BuiltPrompt | None:
+        """The newest turn alone, its observation cut to the longest prefix that fits; None if nothing fits."""
+        text = self._history[-1].long_term
+        marker = self.template.truncation_marker
+        low, high = 0, len(text) - 1  # a cut keeps text[:k] with k < len(text)
+        best: BuiltPrompt | None = None
+        while low <= high:
+            mid = (low + high) // 2
+            attempt = self._render(tokenizer, 1, text[:mid] + marker)
+            if attempt.num_tokens <= budget:
+                best, low = attempt, mid + 1
+            else:
+                high = mid - 1
+        return best
+
+    def _too_long(self, tokenizer: ChatTokenizer, minimal: int, budget: int) -> PromptTooLongError:
+        long_term, short_term = self._current or ("", "")
+        instruction = len(tokenizer.encode(self._instruction or "", add_special_tokens=False))
+        observation = len(tokenizer.encode(f"{short_term}\n{long_term}", add_special_tokens=False))
+        return PromptTooLongError(
+            f"the smallest prompt (instruction {instruction} tokens + current observation {observation} tokens + "
+            f"chat template and format instruction) is {minimal} tokens, over max_prompt_tokens = {budget}: raise "
+            f"max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now {self.n}) "
+            "does not help, the instruction and current observation are never cut"
+        )
