@@ -1,0 +1,807 @@
+"""EnvPool: many text envs stepped together in subprocess workers, surviving crashes, kills and hangs.
+
+Layout: N env *slots* live in W worker processes (multiprocessing "spawn" context), several slots per worker, so one
+pipe message carries the steps of all the worker's envs. ``step(actions)`` sends one message to every worker, the
+workers step their envs in parallel, and the pool gathers the replies.
+
+Episodes auto-reset in the worker, gymnasium's SAME_STEP style: when a slot's episode ends, ``step`` returns that
+step's reward and terminated/truncated flags, the *next* episode's first observation, and an info dict that holds
+the reset info plus ``final_observation`` and ``final_info`` (the ended episode's last observation and info).
+
+Every episode is seeded, so that the pool is reproducible and an env can be rebuilt after a failure: ``reset(seeds)``
+seeds each slot's first episode; later episodes of a slot draw their seeds from a generator seeded with it.
+
+Faults. An env that raises, a worker that dies (killed, ``os._exit``) and an env call that runs longer than
+``step_timeout`` never make ``step`` raise. The failing slot's episode ends as ``truncated=True`` with
+``info["env_error"]`` (the traceback, or what happened) and a fresh episode starts in that slot. A dead or hung
+worker is replaced by a new process; its other slots are rebuilt from their last checkpoint (the episode's seed, or
+a state from ``restore_slots``) by replaying the actions since, checked against the last observation, so their
+episodes go on unchanged. Only when a slot cannot be rebuilt that way (its replay fails or differs) does its episode
+end too, with ``env_error`` saying why. ``close()``, ``with EnvPool(...)``, garbage collection and interpreter exit
+all stop every worker.
+
+``in_process=True`` runs the same slots in the calling process (for debugging with pdb and plain tracebacks): env
+exceptions are still turned into ``env_error``, but a hang or ``os._exit`` cannot be caught there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from envs.core import TextObservation
+from envs.errors import EnvError, EnvStateError
+from envs.registry import make, registered_factory
+
+Factory = Callable[..., Any]
+StepResult = tuple[TextObservation, float, bool, bool, dict[str, Any]]
+"""``(obs, reward, terminated, truncated, info)`` of one slot."""
+
+_SEED_HIGH = 2**31 - 1
+_STATE_FORMAT = "verlog.envpool.slot/1"
+_MAX_ATTEMPTS = 3
+
+
+class EnvPoolError(EnvError, RuntimeError):
+    """The pool cannot go on: an env cannot be built or reset at all, or a get/set-state call failed."""
+
+
+# ---------------------------------------------------------------------------------------------------- worker side
+def _strip_image(obs: Any, keep_images: bool) -> Any:
+    if keep_images or not isinstance(obs, TextObservation) or obs.image is None:
+        return obs
+    return dataclasses.replace(obs, image=None)
+
+
+class _SlotRunner:
+    """The envs of some slots and the commands run on them; used inside a worker process or in-process.
+
+    ``marker`` (shared with the parent, float64 ``[slot, time]``) says which slot's env call is running and since
+    when (``CLOCK_MONOTONIC``, the same clock in every process), so the parent can tell a hang from a slow batch
+    and name the slot that hung or killed the worker.
+    """
+
+    def __init__(self, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool, marker: Any = None) -> None:
+        self.specs = specs
+        self.keep_images = keep_images
+        self.marker = marker
+        self.envs: dict[int, Any] = {}
+
+    def _begin(self, slot: int) -> None:
+        if self.marker is not None:
+            self.marker[1] = time.monotonic()
+            self.marker[0] = slot
+
+    def _end(self) -> None:
+        if self.marker is not None:
+            self.marker[0] = -1
+            self.marker[1] = time.monotonic()
+
+    def handle(self, cmd: str, payload: list[tuple]) -> list[tuple]:
+        method = getattr(self, f"_cmd_{cmd}")
+        results = []
+        for item in payload:
+            self._begin(item[0])
+            try:
+                results.append(method(*item))
+            finally:
+                self._end()
+        return results
+
+    def _build(self, slot: int) -> Any:
+        old = self.envs.pop(slot, None)
+        if old is not None:
+            with contextlib.suppress(Exception):  # a broken env may fail to close; it is dropped either way
+                old.close()
+        spec, kwargs = self.specs[slot]
+        env = make(spec, **kwargs) if isinstance(spec, str) else spec(**kwargs)
+        self.envs[slot] = env
+        return env
+
+    def _fresh(self, slot: int, seed: int | None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self._build(slot).reset(seed=seed)
+        return _strip_image(obs, self.keep_images), info
+
+    def _cmd_build(self, slot: int) -> tuple:
+        try:
+            self._build(slot)
+            return ("ok",)
+        except Exception:  # noqa: BLE001 - reported to the parent with the traceback
+            return ("error", traceback.format_exc())
+
+    def _cmd_reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple:
+        for attempt in range(2):
+            try:
+                env = self.envs[slot] if attempt == 0 and slot in self.envs else self._build(slot)
+                obs, info = env.reset(seed=seed, options=options)
+                return ("ok", _strip_image(obs, self.keep_images), info)
+            except Exception:  # noqa: BLE001
+                error = traceback.format_exc()
+        return ("error", error)
+
+    def _cmd_step(self, slot: int, action: str, next_seed: int) -> tuple:
+        try:
+            obs, reward, terminated, truncated, info = self.envs[slot].step(action)
+            if terminated or truncated:
+                final_obs, final_info = obs, info
+                obs, reset_info = self.envs[slot].reset(seed=next_seed)
+                info = {
+                    **reset_info,
+                    "final_observation": _strip_image(final_obs, self.keep_images),
+                    "final_info": final_info,
+                }
+            return ("ok", _strip_image(obs, self.keep_images), float(reward), bool(terminated), bool(truncated), info)
+        except Exception:  # noqa: BLE001 - the env's episode ends with this traceback as env_error
+            error = traceback.format_exc()
+        try:
+            obs, info = self._fresh(slot, next_seed)
+            return ("error", error, obs, info)
+        except Exception:  # noqa: BLE001
+            return ("fatal", error + "\nand rebuilding the env failed too:\n" + traceback.format_exc())
+
+    def _cmd_restore(
+        self, slot: int, checkpoint: tuple | None, actions: list[str], expected: str | None, fallback_seed: int
+    ) -> tuple:
+        reason = None
+        if checkpoint is not None:
+            try:
+                env = self._build(slot)
+                if checkpoint[0] == "seed":
+                    obs, _ = env.reset(seed=checkpoint[1], options=checkpoint[2])
+                else:
+                    env.set_state(checkpoint[1])
+                    obs = env.last_observation
+                for action in actions:
+                    self._begin(slot)  # restart the clock: each replayed step gets the full step_timeout
+                    obs, _, terminated, truncated, _ = env.step(action)
+                    if terminated or truncated:
+                        raise EnvStateError("the replayed episode ended early")
+                if expected is not None and getattr(obs, "text", None) != expected:
+                    raise EnvStateError(
+                        "replaying the episode gave a different observation than the one last returned (the env is "
+                        "not deterministic given its seed or state)"
+                    )
+                return ("ok",)
+            except Exception:  # noqa: BLE001
+                reason = traceback.format_exc()
+        try:
+            obs, info = self._fresh(slot, fallback_seed)
+            return ("lost", reason, obs, info)
+        except Exception:  # noqa: BLE001
+            return ("fatal", traceback.format_exc())
+
+    def _cmd_get_state(self, slot: int) -> tuple:
+        try:
+            return ("ok", self.envs[slot].get_state())
+        except Exception:  # noqa: BLE001
+            return ("error", traceback.format_exc())
+
+    def _cmd_set_state(self, slot: int, state: bytes) -> tuple:
+        try:
+            env = self.envs[slot]
+            env.set_state(state)
+            return ("ok", _strip_image(env.last_observation, self.keep_images))
+        except Exception:  # noqa: BLE001
+            return ("error", traceback.format_exc())
+
+    def _cmd_attr(self, slot: int, name: str) -> tuple:
+        try:
+            return ("ok", getattr(self.envs[slot], name))
+        except Exception:  # noqa: BLE001
+            return ("error", traceback.format_exc())
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs.clear()
+
+
+def _worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool, marker: Any) -> None:
+    """A worker process: build the slots' envs, then answer commands until "close" or the parent goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the workers
+    runner = _SlotRunner(specs, keep_images, marker)
+    try:
+        conn.send(runner.handle("build", [(slot,) for slot in specs]))
+        while True:
+            try:
+                cmd, payload = conn.recv()
+            except (EOFError, OSError):
+                break
+            if cmd == "close":
+                break
+            conn.send(runner.handle(cmd, payload))
+    except (BrokenPipeError, EOFError, OSError):
+        pass
+    finally:
+        runner.close()
+
+
+# ---------------------------------------------------------------------------------------------------- parent side
+@dataclasses.dataclass
+class _Failure:
+    """A worker that died or hung while running a command; ``culprit`` is the slot whose env call was running."""
+
+    culprit: int | None
+    reason: str
+
+
+class _ProcessWorker:
+    def __init__(self, ctx: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool) -> None:
+        self.slots = list(specs)
+        self.marker = ctx.RawArray("d", [-1.0, time.monotonic()])
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=_worker_main, args=(child_conn, specs, keep_images, self.marker), daemon=True, name="EnvPoolWorker"
+        )
+        self.process.start()
+        child_conn.close()
+        self.sent_at = time.monotonic()
+        self._reply: Any = None
+
+    def send(self, cmd: str, payload: list[tuple]) -> None:
+        self.sent_at = time.monotonic()
+        self.marker[1] = self.sent_at
+        self._reply = None
+        try:
+            self.conn.send((cmd, payload))
+        except (BrokenPipeError, OSError) as exc:
+            self._reply = _Failure(None, f"the worker process was gone before the request was sent ({exc})")
+
+    def last_progress(self) -> float:
+        return max(self.sent_at, self.marker[1])
+
+    def stop(self, grace: float = 1.0) -> None:
+        _stop_process(self.process, self.conn, grace)
+
+
+class _LocalWorker:
+    """In-process stand-in for a worker: the same commands, run at once in the calling process."""
+
+    def __init__(self, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool) -> None:
+        self.slots = list(specs)
+        self.runner = _SlotRunner(specs, keep_images)
+        self._reply: Any = self.runner.handle("build", [(slot,) for slot in specs])
+
+    def send(self, cmd: str, payload: list[tuple]) -> None:
+        self._reply = self.runner.handle(cmd, payload)
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.runner.close()
+
+
+def _stop_process(process: Any, conn: Any, grace: float) -> None:
+    try:
+        if process.is_alive():
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+            process.join(grace)
+        if process.is_alive():
+            process.terminate()
+            process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join(grace)
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
+        try:
+            process.close()
+        except ValueError:  # still running after kill (cannot happen on Linux short of a D-state)
+            pass
+
+
+def _shutdown(workers: list[Any]) -> None:
+    for worker in workers:
+        with contextlib.suppress(Exception):  # shutting down must reach every worker
+            worker.stop(grace=1.0)
+    workers.clear()
+
+
+@dataclasses.dataclass
+class _Slot:
+    spec: Any
+    kwargs: dict[str, Any]
+    worker: int
+    seed_rng: np.random.Generator
+    next_seed: int = 0
+    checkpoint: tuple | None = None  # ("seed", seed, options) or ("state", env_bytes): where replay starts
+    actions: list[str] = dataclasses.field(default_factory=list)  # actions since the checkpoint
+    last_obs: Any = None
+    last_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def draw_seed(self) -> None:
+        self.next_seed = int(self.seed_rng.integers(0, _SEED_HIGH))
+
+    def reseed(self, seed: int) -> None:
+        self.seed_rng = np.random.default_rng(seed)
+        self.draw_seed()
+
+    def start_episode(self, seed: int | None, options: dict[str, Any] | None, obs: Any, info: dict) -> None:
+        """Record that an episode started from ``seed`` (its replay checkpoint) with this first observation."""
+        self.checkpoint = ("seed", seed, options)
+        self.actions = []
+        self.last_obs, self.last_info = obs, info
+
+
+class EnvPool:
+    """N text envs stepped together, in subprocess workers or in-process.
+
+    Args:
+        env_ids_or_factories: one entry per slot: a registered env id (``"babyai/goto"``) or a factory callable that
+            returns a TextEnv. A single id or factory with ``num_envs`` makes that many slots of it. In subprocess
+            mode a factory must be importable by module path (a module-level function or class, not a lambda);
+            ids are resolved here (unknown ids fail at once) and their factory is sent to the workers.
+        num_envs: number of slots when ``env_ids_or_factories`` is a single id or factory.
+        num_workers: worker processes; default ``min(num_envs, os.cpu_count())``. Slots are split into contiguous
+            blocks, one block per worker.
+        env_kwargs: keyword arguments for every env (a dict), or one dict per slot.
+        step_timeout: seconds one env call (a step, a reset, one replayed step) may run before its worker is
+            declared hung and replaced; None waits forever.
+        start_timeout: seconds a worker may take to start and build its envs.
+        seed: seeds the per-slot seed streams used when ``reset`` is called without seeds.
+        keep_images: send ``TextObservation.image`` back from the workers (dropped by default: it costs pickling).
+        in_process: run the envs in this process (debugging; hangs and hard exits are not caught).
+    """
+
+    def __init__(
+        self,
+        env_ids_or_factories: str | Factory | Sequence[str | Factory],
+        *,
+        num_envs: int | None = None,
+        num_workers: int | None = None,
+        env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        step_timeout: float | None = 60.0,
+        start_timeout: float = 120.0,
+        seed: int | None = None,
+        keep_images: bool = False,
+        in_process: bool = False,
+    ) -> None:
+        specs = self._slot_specs(env_ids_or_factories, num_envs)
+        n = len(specs)
+        kwargs_list = self._slot_kwargs(env_kwargs, n)
+        if num_workers is None:
+            num_workers = min(n, os.cpu_count() or 1)
+        if not 1 <= num_workers <= n:
+            raise ValueError(f"num_workers must be between 1 and the number of envs ({n}), got {num_workers}")
+        if step_timeout is not None and step_timeout <= 0:
+            raise ValueError(f"step_timeout must be a positive number of seconds or None, got {step_timeout}")
+        self.num_envs = n
+        self.num_workers = num_workers
+        self.step_timeout = step_timeout
+        self.start_timeout = start_timeout
+        self.in_process = in_process
+        self.keep_images = keep_images
+        self.env_ids = [s if isinstance(s, str) else getattr(s, "__qualname__", repr(s)) for s in specs]
+        sent_specs = [s if in_process else self._picklable_spec(s) for s in specs]
+        seed_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+        self._slots = [
+            _Slot(sent_specs[i], kwargs_list[i], worker=i * num_workers // n, seed_rng=seed_rngs[i]) for i in range(n)
+        ]
+        for slot in self._slots:
+            slot.draw_seed()
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers: list[Any] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        self._closed = False
+        self._needs_reset = True
+        try:
+            for w in range(num_workers):
+                self._workers.append(self._new_worker(w))
+            for w, reply in self._gather(list(range(num_workers)), self.start_timeout).items():
+                self._check_build(w, reply)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------------------------------- construction
+    @staticmethod
+    def _slot_specs(given: Any, num_envs: int | None) -> list[Any]:
+        if isinstance(given, str) or callable(given):
+            count = 1 if num_envs is None else num_envs
+            specs = [given] * count
+        else:
+            specs = list(given)
+            if num_envs is not None and num_envs != len(specs):
+                raise ValueError(f"num_envs={num_envs} but {len(specs)} env ids/factories were given; drop num_envs")
+        if not specs:
+            raise ValueError("EnvPool needs at least one env (got an empty list or num_envs=0)")
+        for i, spec in enumerate(specs):
+            if not (isinstance(spec, str) or callable(spec)):
+                raise TypeError(f"slot {i}: expected an env id or a factory callable, got {type(spec).__name__}")
+        return specs
+
+    @staticmethod
+    def _slot_kwargs(env_kwargs: Any, n: int) -> list[dict[str, Any]]:
+        if env_kwargs is None:
+            return [{} for _ in range(n)]
+        if isinstance(env_kwargs, Mapping):
+            return [dict(env_kwargs) for _ in range(n)]
+        kwargs_list = [dict(k) for k in env_kwargs]
+        if len(kwargs_list) != n:
+            raise ValueError(f"env_kwargs has {len(kwargs_list)} dicts for {n} envs; give one per env, or one dict")
+        return kwargs_list
+
+    @staticmethod
+    def _picklable_spec(spec: Any) -> Any:
+        """What to send to a spawned worker: the resolved factory when it pickles by reference, else the id."""
+        if isinstance(spec, str):
+            factory = registered_factory(spec)  # unknown ids fail here, with close matches
+            try:
+                pickle.dumps(factory)
+                return factory
+            except Exception:  # noqa: BLE001 - the worker will look the id up in its own registry
+                return spec
+        try:
+            pickle.dumps(spec)
+        except Exception as exc:
+            raise ValueError(
+                f"env factory {spec!r} cannot be sent to a spawned worker ({exc}); use a module-level function or "
+                "class, register an entry point 'package.module:attr', or pass in_process=True"
+            ) from exc
+        return spec
+
+    def _new_worker(self, w: int) -> Any:
+        specs = {i: (s.spec, s.kwargs) for i, s in enumerate(self._slots) if s.worker == w}
+        if self.in_process:
+            return _LocalWorker(specs, self.keep_images)
+        return _ProcessWorker(self._ctx, specs, self.keep_images)
+
+    def _check_build(self, w: int, reply: Any) -> None:
+        if isinstance(reply, _Failure):
+            raise EnvPoolError(f"worker {w} failed while building its envs: {reply.reason}")
+        for slot, result in zip(self._workers[w].slots, reply):
+            if result[0] != "ok":
+                spec = self._slots[slot].spec
+                hint = ""
+                if isinstance(spec, str):
+                    hint = (
+                        f"\n(The worker looked up {spec!r} in its own registry: register it with an importable "
+                        "factory or an entry point 'package.module:attr' so that spawned workers can build it.)"
+                    )
+                raise EnvPoolError(f"building the env of slot {slot} failed in worker {w}:\n{result[1]}{hint}")
+
+    # ------------------------------------------------------------------------------------------- messaging
+    def _gather(self, ws: list[int], call_timeout: float | None) -> dict[int, Any]:
+        """Collect the replies of workers ``ws`` (already sent); a dead or hung worker gives a :class:`_Failure`."""
+        replies: dict[int, Any] = {}
+        pending = []
+        for w in ws:
+            worker = self._workers[w]
+            if isinstance(worker, _LocalWorker) or isinstance(worker._reply, _Failure):
+                replies[w], worker._reply = worker._reply, None
+            else:
+                pending.append(w)
+        while pending:
+            now = time.monotonic()
+            deadlines = {w: self._workers[w].last_progress() + call_timeout for w in pending} if call_timeout else {}
+            timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
+            waitables = [self._workers[w].conn for w in pending] + [self._workers[w].process.sentinel for w in pending]
+            ready = set(multiprocessing.connection.wait(waitables, timeout=timeout))
+            now = time.monotonic()
+            for w in list(pending):
+                worker = self._workers[w]
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    try:
+                        replies[w] = worker.conn.recv()
+                    except (EOFError, OSError):
+                        worker.process.join(0.5)
+                        replies[w] = self._failure(w, f"the worker process died (exit code {worker.process.exitcode})")
+                    pending.remove(w)
+                elif w in deadlines and worker.last_progress() + call_timeout <= now:
+                    worker.process.kill()
+                    worker.process.join(1.0)
+                    replies[w] = self._failure(w, f"an env call ran longer than step_timeout={call_timeout}s")
+                    pending.remove(w)
+        return replies
+
+    def _failure(self, w: int, reason: str) -> _Failure:
+        slot = int(self._workers[w].marker[0])
+        return _Failure(slot if slot >= 0 else None, reason)
+
+    def _exchange(self, ws: Sequence[int], cmd: str, payloads: Mapping[int, list[tuple]]) -> dict[int, Any]:
+        for w in ws:
+            self._workers[w].send(cmd, payloads[w])
+        return self._gather(list(ws), self.step_timeout)
+
+    def _restart(self, w: int, skip: dict[int, str]) -> dict[int, tuple[str, Any, dict]]:
+        """Replace worker ``w`` by a new process and rebuild its slots.
+
+        Slots in ``skip`` (slot -> reason) start a fresh episode; the others are replayed from their checkpoint.
+        Returns the slots whose episode was lost: slot -> (reason, first obs of the new episode, its info); those
+        new episodes were reset with the slot's ``next_seed`` and the caller records them.
+        """
+        lost: dict[int, tuple[str, Any, dict]] = {}
+        skip = dict(skip)
+        for _ in range(len(self._workers[w].slots) + _MAX_ATTEMPTS):
+            self._workers[w].stop(grace=0.2)
+            self._workers[w] = self._new_worker(w)
+            self._check_build(w, self._gather([w], self.start_timeout)[w])
+            payload = []
+            for i in self._workers[w].slots:
+                slot = self._slots[i]
+                if i in skip or slot.checkpoint is None:
+                    payload.append((i, None, [], None, slot.next_seed))
+                else:
+                    expected = getattr(slot.last_obs, "text", None)
+                    payload.append((i, slot.checkpoint, list(slot.actions), expected, slot.next_seed))
+            reply = self._exchange([w], "restore", {w: payload})[w]
+            if isinstance(reply, _Failure):
+                # Replaying some slot killed or hung the new worker: fresh start for it (or for all, if unknown).
+                culprits = [reply.culprit] if reply.culprit is not None else self._workers[w].slots
+                for i in culprits:
+                    skip.setdefault(i, f"rebuilding the env after a worker restart failed: {reply.reason}")
+                continue
+            for (i, *_), result in zip(payload, reply):
+                if result[0] == "fatal":
+                    raise EnvPoolError(f"the env of slot {i} cannot be rebuilt after a worker failure:\n{result[1]}")
+                if result[0] == "lost":
+                    reason = skip.get(i) or f"the env could not be rebuilt after its worker was restarted:\n{result[1]}"
+                    lost[i] = (reason, result[2], result[3])
+            return lost
+        raise EnvPoolError(f"worker {w} keeps failing while its envs are rebuilt; last reasons: {skip}")
+
+    # ------------------------------------------------------------------------------------------- public API
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvStateError("this EnvPool is closed; create a new one")
+
+    def reset(
+        self,
+        seeds: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[tuple[TextObservation, dict[str, Any]]]:
+        """Start a new episode in every slot; returns ``[(obs, info)]`` per slot.
+
+        Args:
+            seeds: None (each slot draws from its seed stream), an int ``s`` (slot i gets ``s + i``) or one seed
+                (or None) per slot. Later episodes of slot i draw seeds from a generator seeded with its seed.
+            options: passed to every env's reset, or one dict per slot.
+        """
+        self._check_open()
+        n = self.num_envs
+        if seeds is None:
+            seed_list: list[int | None] = [None] * n
+        elif isinstance(seeds, (int, np.integer)):
+            seed_list = [int(seeds) + i for i in range(n)]
+        else:
+            seed_list = list(seeds)
+            if len(seed_list) != n:
+                raise ValueError(f"reset() got {len(seed_list)} seeds for {n} envs; give one per env, an int or None")
+        option_list = list(options) if isinstance(options, Sequence) else [options] * n
+        if len(option_list) != n:
+            raise ValueError(f"reset() got {len(option_list)} options for {n} envs; give one per env or one dict")
+        for i, seed in enumerate(seed_list):
+            if seed is None:
+                seed_list[i] = self._slots[i].next_seed
+                self._slots[i].draw_seed()
+            else:
+                seed_list[i] = int(seed)
+                self._slots[i].reseed(int(seed))
+        payloads = {
+            w: [(i, seed_list[i], option_list[i]) for i in self._workers[w].slots] for w in range(self.num_workers)
+        }
+        results: dict[int, tuple[TextObservation, dict[str, Any]]] = {}
+        for w, reply in self._exchange(range(self.num_workers), "reset", payloads).items():
+            if isinstance(reply, _Failure):  # the worker died or hung: replace it and try once more
+                self._restart(w, {i: reply.reason for i in self._workers[w].slots})
+                reply = self._exchange([w], "reset", payloads)[w]
+                if isinstance(reply, _Failure):
+                    raise EnvPoolError(f"reset failed twice in worker {w}: {reply.reason} (slot {reply.culprit})")
+            for i, result in zip(self._workers[w].slots, reply):
+                if result[0] != "ok":
+                    raise EnvPoolError(f"reset of slot {i} failed (also after rebuilding its env):\n{result[1]}")
+                self._slots[i].start_episode(seed_list[i], option_list[i], result[1], result[2])
+                results[i] = (result[1], result[2])
+        self._needs_reset = False
+        return [results[i] for i in range(n)]
+
+    def step(self, actions: Sequence[str]) -> list[StepResult]:
+        """Step every slot with its action text; returns ``[(obs, reward, terminated, truncated, info)]`` per slot.
+
+        Ended episodes are reset at once (``info["final_observation"]``, ``info["final_info"]``); a failing env or
+        worker gives ``truncated=True`` and ``info["env_error"]`` for the affected slot only. Never raises for env
+        faults (only :class:`EnvPoolError` when an env cannot even be rebuilt).
+        """
+        self._check_open()
+        if self._needs_reset:
+            raise EnvStateError("EnvPool.step() called before reset(); call reset() first")
+        if isinstance(actions, str) or len(actions) != self.num_envs:
+            got = "a single string" if isinstance(actions, str) else f"{len(actions)} actions"
+            raise ValueError(f"EnvPool.step() needs one action string per env ({self.num_envs}), got {got}")
+        for i, action in enumerate(actions):
+            if not isinstance(action, str):
+                raise TypeError(f"action {i} must be a str (the model's text), got {type(action).__name__}")
+        payloads = {
+            w: [(i, actions[i], self._slots[i].next_seed) for i in self._workers[w].slots]
+            for w in range(self.num_workers)
+        }
+        results: dict[int, StepResult] = {}
+        for w, reply in self._exchange(range(self.num_workers), "step", payloads).items():
+            self._finish_step(w, payloads[w], reply, results)
+        return [results[i] for i in range(self.num_envs)]
+
+    def _finish_step(self, w: int, items: list[tuple], reply: Any, results: dict[int, StepResult]) -> None:
+        """Apply worker ``w``'s step reply; on a dead or hung worker, restart it and redo the unaffected slots."""
+        blind_failures = 0  # failures that named no slot; after _MAX_ATTEMPTS of them every slot starts afresh
+        while isinstance(reply, _Failure):
+            if reply.culprit is not None:
+                skip = {reply.culprit: f"{reply.reason} (while stepping this env); the worker was restarted"}
+            else:
+                blind_failures += 1
+                skip = {}
+                if blind_failures >= _MAX_ATTEMPTS:
+                    skip = {i: f"{reply.reason}; the worker was restarted" for i, _, _ in items}
+            lost = self._restart(w, skip)
+            for i in lost:
+                slot = self._slots[i]
+                reason, obs, info = lost[i]
+                action = next((a for j, a, _ in items if j == i), "")
+                results[i] = self._error_result(i, action, reason, obs, info)
+                slot.start_episode(slot.next_seed, None, obs, info)
+                slot.draw_seed()
+            items = [item for item in items if item[0] not in lost]
+            if not items:
+                return
+            items = [(i, action, self._slots[i].next_seed) for i, action, _ in items]
+            reply = self._exchange([w], "step", {w: items})[w]
+        for (i, action, _), result in zip(items, reply):
+            results[i] = self._apply_step(i, action, result)
+
+    def _apply_step(self, i: int, action: str, result: tuple) -> StepResult:
+        slot = self._slots[i]
+        if result[0] == "fatal":
+            raise EnvPoolError(f"the env of slot {i} failed and cannot be rebuilt:\n{result[1]}")
+        if result[0] == "error":
+            _, error, obs, info = result
+            out = self._error_result(i, action, error, obs, info)
+            slot.start_episode(slot.next_seed, None, obs, info)
+            slot.draw_seed()
+            return out
+        _, obs, reward, terminated, truncated, info = result
+        if terminated or truncated:
+            slot.start_episode(slot.next_seed, None, obs, info)
+            slot.draw_seed()
+        else:
+            slot.actions.append(action)
+            slot.last_obs, slot.last_info = obs, info
+        return obs, reward, terminated, truncated, info
+
+    def _error_result(self, i: int, action: str, error: str, obs: Any, info: dict[str, Any]) -> StepResult:
+        """The step result of a slot whose episode was cut by a fault; ``obs``/``info`` start its next episode."""
+        slot = self._slots[i]
+        final_info = {
+            "env_error": error,
+            "action": None,
+            "raw_action": action,
+            "action_valid": False,
+            "episode_step": int(slot.last_info.get("episode_step", 0)) + 1,
+            "progression": float(slot.last_info.get("progression", 0.0)),
+            "success": False,
+        }
+        final_obs = slot.last_obs
+        info = {**info, "env_error": error, "final_observation": final_obs, "final_info": final_info}
+        return obs, 0.0, False, True, info
+
+    def _per_slot(self, cmd: str, items: Mapping[int, tuple]) -> dict[int, Any]:
+        """Run a query command on the given slots (slot -> args); raise EnvPoolError on any failure."""
+        self._check_open()
+        by_worker: dict[int, list[tuple]] = {}
+        for i, args in items.items():
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"slot {i} is out of range for a pool of {self.num_envs} envs")
+            by_worker.setdefault(self._slots[i].worker, []).append((i, *args))
+        out: dict[int, Any] = {}
+        for w, reply in self._exchange(list(by_worker), cmd, by_worker).items():
+            if isinstance(reply, _Failure):
+                self._restart(w, {})
+                raise EnvPoolError(f"worker {w} failed during {cmd}: {reply.reason}; it was restarted, try again")
+            for (i, *_), result in zip(by_worker[w], reply):
+                if result[0] != "ok":
+                    raise EnvPoolError(f"{cmd} failed for slot {i}:\n{result[1]}")
+                out[i] = result[1:]
+        return out
+
+    def instruction(self, slot: int) -> str:
+        """The current episode's instruction (task prompt with the valid actions) of ``slot``."""
+        return self.get_attr(slot, "instruction")
+
+    def get_attr(self, slot: int, name: str) -> Any:
+        """An attribute of the env in ``slot`` (e.g. ``"actions"``), fetched from its worker."""
+        return self._per_slot("attr", {slot: (name,)})[slot][0]
+
+    def get_state(self, slot: int) -> bytes:
+        """The state of one slot (see :meth:`slot_states`)."""
+        return self.slot_states([slot])[0]
+
+    def set_state(self, slot: int, state: bytes) -> TextObservation:
+        """Restore one slot from :meth:`get_state`'s bytes; returns its current observation."""
+        return self.restore_slots([state], slots=[slot])[0]
+
+    def slot_states(self, slots: Sequence[int] | None = None) -> list[bytes]:
+        """Each slot's env state plus the pool's seed stream for it, as bytes (for checkpoints)."""
+        slots = list(range(self.num_envs)) if slots is None else list(slots)
+        env_states = self._per_slot("get_state", {i: () for i in slots})
+        out = []
+        for i in slots:
+            slot = self._slots[i]
+            record = {
+                "format": _STATE_FORMAT,
+                "env": env_states[i][0],
+                "seed_rng": slot.seed_rng.bit_generator.state,
+                "next_seed": slot.next_seed,
+            }
+            out.append(pickle.dumps(record))
+        return out
+
+    def restore_slots(self, states: Sequence[bytes], slots: Sequence[int] | None = None) -> list[TextObservation]:
+        """Restore slots from :meth:`slot_states` (or a TextEnv's ``get_state``); returns their current observations.
+
+        The episodes continue from there: the next :meth:`step` acts on the restored states (no reset needed).
+        """
+        slots = list(range(self.num_envs)) if slots is None else list(slots)
+        if len(states) != len(slots):
+            raise ValueError(f"restore_slots() got {len(states)} states for {len(slots)} slots")
+        records = []
+        for i, blob in zip(slots, states):
+            try:
+                record = pickle.loads(blob)
+            except Exception as exc:
+                raise EnvPoolError(f"state for slot {i} is not a pickled slot or env state: {exc}") from exc
+            if not (isinstance(record, dict) and record.get("format") == _STATE_FORMAT):
+                record = {"env": blob}
+            records.append(record)
+        restored = self._per_slot("set_state", {i: (r["env"],) for i, r in zip(slots, records)})
+        for i, record in zip(slots, records):
+            slot = self._slots[i]
+            if "seed_rng" in record:
+                slot.seed_rng.bit_generator.state = record["seed_rng"]
+                slot.next_seed = record["next_seed"]
+            slot.checkpoint = ("state", record["env"])
+            slot.actions = []
+            slot.last_obs = restored[i][0]
+            slot.last_info = {}
+        self._needs_reset = False
+        return [restored[i][0] for i in slots]
+
+    def worker_pids(self) -> list[int | None]:
+        """The worker processes' ids (None in in-process mode)."""
+        return [getattr(getattr(w, "process", None), "pid", None) for w in self._workers]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> EnvPool:  # noqa: PYI034 - Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __repr__(self) -> str:
+        mode = "in-process" if self.in_process else f"{self.num_workers} workers"
+        return f"EnvPool({self.num_envs} envs, {mode}, closed={self._closed})"
