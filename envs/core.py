@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
 from envs import actions as action_parsing
+from envs.actions import PARSE_MODES, ParseMode
 from envs.errors import EnvStateError
 
 INFO_KEYS = ("action", "raw_action", "action_valid", "episode_step", "progression")
@@ -34,7 +35,14 @@ INVALID_ACTION_FEEDBACK = (
 )
 """BALROG's prefix on the next observation after an invalid answer (balrog-text-spec.md section 4.4)."""
 
-ParseMode = Literal["strict", "lenient"]
+__all__ = [
+    "INFO_KEYS",
+    "INVALID_ACTION_FEEDBACK",
+    "ParseMode",
+    "TextEnv",
+    "TextObservation",
+    "TextObservationSpace",
+]
 
 
 @dataclass(frozen=True)
@@ -96,14 +104,18 @@ class TextEnv(gym.Env):
       RNG included.
 
     Args:
-        parse_mode: ``"strict"`` (BALROG's exact matching) or ``"lenient"`` (see ``envs.actions``).
+        parse_mode: ``"strict"`` (BALROG's chain-of-thought parsing), ``"naive"`` (BALROG's naive agent) or
+            ``"lenient"`` (see ``envs.actions``).
         format_penalty: on an invalid answer the step reward is replaced by ``-format_penalty`` (Verlog's shaping);
             0 keeps the env's reward.
         invalid_action_feedback: put BALROG's "did not contain a valid action" line before the next observation.
         max_steps: override the game's step limit (truncation).
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 10,
+    }
     actions: list[str]
     default_action: str
     max_steps: int
@@ -117,8 +129,8 @@ class TextEnv(gym.Env):
         max_steps: int | None = None,
         render_mode: str | None = "rgb_array",
     ) -> None:
-        if parse_mode not in ("strict", "lenient"):
-            raise ValueError(f"parse_mode must be 'strict' or 'lenient', got {parse_mode!r}")
+        if parse_mode not in PARSE_MODES:
+            raise ValueError(f"parse_mode must be one of {PARSE_MODES}, got {parse_mode!r}")
         if format_penalty < 0:
             raise ValueError(f"format_penalty must be >= 0 (it is subtracted), got {format_penalty}")
         if max_steps is not None and max_steps <= 0:
@@ -197,6 +209,13 @@ class TextEnv(gym.Env):
             return self.default_action, False
         return parsed, True
 
+    def parsed_output(self, text: str) -> str:
+        """The answer string this env's parse mode reads out of ``text``, valid or not.
+
+        BALROG puts this string (not the executed action) into the history as the assistant's turn.
+        """
+        return action_parsing.extract(text, self.parse_mode)
+
     def synonyms(self) -> dict[str, str]:
         """Extra exact rewrites used by the lenient parser (lower-case key -> action string). Games may override."""
         return {}
@@ -218,7 +237,7 @@ class TextEnv(gym.Env):
         try:
             payload = pickle.loads(state)
             game = payload["game"]
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means the same thing to the user
+        except Exception as exc:
             raise EnvStateError(f"cannot restore {type(self).__name__} from the given bytes: {exc}") from exc
         self._game_set_state(game)
         self.episode_step = payload["episode_step"]
