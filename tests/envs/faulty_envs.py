@@ -4,6 +4,7 @@
   The start cell is drawn from the seed, so seeds matter and episodes are reproducible.
 - :class:`FaultyCorridor`: the same game with three extra actions that misbehave on purpose: ``crash`` raises,
   ``exit`` kills the process with ``os._exit``, ``hang`` sleeps forever.
+- :class:`UnseededCorridor`: a corridor whose observations no seed reproduces (replay after a restart fails).
 - :func:`frozen_lake_text`: gymnasium's FrozenLake through :class:`envs.adapter.GymTextAdapter`.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -77,6 +79,17 @@ class FaultyCorridor(Corridor):
         return super()._game_step(action)
 
 
+class UnseededCorridor(Corridor):
+    """Corridor whose observation carries a token that no seed reproduces: it cannot be rebuilt by replay."""
+
+    def _text(self) -> TextObservation:
+        return TextObservation.build(f"{super()._text().text} Token {self.token}.")
+
+    def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict]:
+        self.token = uuid.uuid4().hex
+        return super()._game_reset(seed, options)
+
+
 def _describe_lake(obs: Any, info: dict[str, Any], ncol: int = 4) -> str:
     row, col = divmod(int(obs), ncol)
     return f"You stand on row {row}, column {col} of the frozen lake."
@@ -96,6 +109,7 @@ def frozen_lake_text(**kwargs: Any) -> GymTextAdapter:
 TEST_IDS = {
     "test/corridor": Corridor,
     "test/faulty": FaultyCorridor,
+    "test/unseeded": UnseededCorridor,
     "test/frozen_lake": frozen_lake_text,
 }
 

@@ -1,0 +1,303 @@
+"""EnvPool on real envs: same results as in-process stepping, auto-reset, injected faults, states, no leftovers."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import faulty_envs
+import psutil
+import pytest
+
+import envs
+from envs.errors import EnvStateError, UnknownEnvError
+from envs.pool import EnvPool, EnvPoolError
+
+faulty_envs.register_test_envs()
+HERE = Path(__file__).resolve().parent
+
+
+def _available(env_id: str) -> bool:
+    try:
+        return env_id in envs.list_envs()
+    except Exception:  # noqa: BLE001 - a game package still being written must not break the pool tests
+        return False
+
+
+def _walk(step: int, n: int) -> list[str]:
+    """A fixed, varied action pattern: mostly right, some left."""
+    return ["left" if (step * 7 + i * 3) % 5 == 0 else "right" for i in range(n)]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _texts(results: list) -> list[str]:
+    return [r[0].text for r in results]
+
+
+@pytest.fixture(scope="module")
+def faulty_pool():
+    """4 faulty corridors in 2 workers (slots 0,1 in worker 0; 2,3 in worker 1), shared by the fault tests."""
+    with EnvPool("test/faulty", num_envs=4, num_workers=2, step_timeout=1.5) as pool:
+        yield pool
+
+
+def test_subprocess_pool_matches_in_process_with_autoreset() -> None:
+    ids = ["test/corridor"] * 3 + ["test/frozen_lake"] * 3
+    with EnvPool(ids, num_workers=2) as pool, EnvPool(ids, in_process=True) as local:
+        assert _texts_reset(pool.reset(seeds=11)) == _texts_reset(local.reset(seeds=11))
+        ended = 0
+        for step in range(40):
+            actions = _walk(step, 6)
+            actions[3:] = ["right", "down", "up"] if step % 3 else ["down", "right", "left"]
+            got, want = pool.step(actions), local.step(actions)
+            assert _texts(got) == _texts(want)
+            assert [r[1:4] for r in got] == [r[1:4] for r in want]
+            for obs, _, terminated, truncated, info in got:
+                if terminated or truncated:
+                    ended += 1
+                    assert isinstance(info["final_observation"], envs.TextObservation)
+                    assert info["final_info"]["episode_step"] >= 1 and "success" in info["final_info"]
+                    assert info["episode_step"] == 0  # obs and info start the next episode
+                else:
+                    assert "final_observation" not in info
+        assert ended >= 5
+
+
+def _texts_reset(results: list) -> list[str]:
+    return [obs.text for obs, _ in results]
+
+
+def test_autoreset_keeps_final_observation_and_seeds_next_episode() -> None:
+    with EnvPool("test/corridor", num_envs=2, in_process=True, env_kwargs={"length": 3}) as pool:
+        pool.reset(seeds=[5, 6])
+        single = envs.make("test/corridor", length=3)
+        single.reset(seed=5)
+        for _ in range(10):
+            obs, reward, terminated, _, info = pool.step(["right", "left"])[0]
+            s_obs, s_reward, s_term, _, _ = single.step("right")
+            assert reward == s_reward and terminated == s_term
+            if terminated:
+                assert info["final_observation"] == s_obs
+                assert info["final_info"]["success"] is True and info["final_info"]["raw_action"] == "right"
+                break
+            assert obs == s_obs
+        else:
+            pytest.fail("the corridor episode never ended")
+        # The next episode's seed comes from a stream seeded with 5: the same in a second pool.
+        with EnvPool("test/corridor", num_envs=2, in_process=True, env_kwargs={"length": 3}) as again:
+            again.reset(seeds=[5, 6])
+            while not again.step(["right", "left"])[0][2]:
+                pass
+            assert again.step(["left", "left"])[0][0] == pool.step(["left", "left"])[0][0]
+
+
+def test_injected_crash_ends_only_that_episode(faulty_pool: EnvPool) -> None:
+    _check_fault(faulty_pool, fault="crash", slot=1, error_text="RuntimeError: injected crash")
+
+
+def test_injected_exit_restarts_worker_and_neighbours_continue(faulty_pool: EnvPool) -> None:
+    before = faulty_pool.worker_pids()
+    _check_fault(faulty_pool, fault="exit", slot=0, error_text="died (exit code 3)")
+    after = faulty_pool.worker_pids()
+    assert after[0] != before[0] and after[1] == before[1]
+    assert not _alive([before[0]])
+
+
+def test_injected_hang_times_out_and_neighbours_continue(faulty_pool: EnvPool) -> None:
+    before = faulty_pool.worker_pids()
+    start = time.monotonic()
+    _check_fault(faulty_pool, fault="hang", slot=3, error_text="step_timeout=1.5s")
+    assert time.monotonic() - start < 20
+    after = faulty_pool.worker_pids()
+    assert after[1] != before[1] and after[0] == before[0]
+    assert not _alive([before[1]])
+
+
+def _check_fault(pool: EnvPool, fault: str, slot: int, error_text: str) -> None:
+    """Step a few times, inject ``fault`` in ``slot``, then check every other slot against an in-process reference."""
+    with EnvPool("test/corridor", num_envs=4, in_process=True) as reference:
+        assert _texts_reset(pool.reset(seeds=100)) == _texts_reset(reference.reset(seeds=100))
+        for step in range(3):
+            actions = _walk(step, 4)
+            assert _texts(pool.step(actions)) == _texts(reference.step(actions))
+        actions = _walk(3, 4)
+        before = pool.step(["left"] * 4)  # remember the faulty slot's last observation
+        reference.step(["left"] * 4)
+        faulty_actions = list(actions)
+        faulty_actions[slot] = fault
+        got = pool.step(faulty_actions)
+        want = reference.step(actions)
+        for i in range(4):
+            if i == slot:
+                obs, reward, terminated, truncated, info = got[i]
+                assert (reward, terminated, truncated) == (0.0, False, True)
+                assert error_text in info["env_error"] and error_text in info["final_info"]["env_error"]
+                assert info["final_observation"] == before[i][0]
+                assert info["final_info"]["raw_action"] == fault and info["episode_step"] == 0
+                assert obs.text.startswith("You are in cell")
+            else:
+                assert got[i][0] == want[i][0] and got[i][1:4] == want[i][1:4]
+                assert "env_error" not in got[i][4]
+        # The pool goes on: the faulty slot plays its new episode, the others theirs.
+        for step in range(3):
+            result = pool.step(_walk(step, 4))
+            assert all("env_error" not in r[4] for r in result)
+
+
+def test_worker_killed_from_outside_is_replaced_and_episodes_replayed() -> None:
+    ids = ["test/corridor", "test/corridor", "test/frozen_lake", "test/corridor"]
+    kwargs = [{}, {}, {"parse_mode": "strict"}, {}]
+    with (
+        EnvPool(ids, num_workers=2, env_kwargs=kwargs) as pool,
+        EnvPool(ids, env_kwargs=kwargs, in_process=True) as ref,
+    ):
+        pool.reset(seeds=7)
+        ref.reset(seeds=7)
+        for step in range(5):
+            actions = ["right", "left", "down" if step % 2 else "right", "right"]
+            assert _texts(pool.step(actions)) == _texts(ref.step(actions))
+        old = pool.worker_pids()
+        os.kill(old[1], signal.SIGKILL)
+        psutil.Process(old[1]).wait(5)
+        actions = ["right", "right", "down", "left"]
+        got, want = pool.step(actions), ref.step(actions)
+        # No slot was stepping when the worker died: every episode is rebuilt by replay and goes on unchanged.
+        assert _texts(got) == _texts(want) and all("env_error" not in r[4] for r in got)
+        assert pool.worker_pids()[1] != old[1]
+
+
+def test_env_that_cannot_be_replayed_loses_its_episode_only() -> None:
+    ids = ["test/corridor", "test/unseeded", "test/corridor"]
+    with EnvPool(ids, num_workers=1, step_timeout=5) as pool:
+        pool.reset(seeds=3)
+        pool.step(["right", "right", "left"])
+        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        with EnvPool(["test/corridor"] * 3, in_process=True) as ref:
+            ref.reset(seeds=3)
+            ref.step(["right", "right", "left"])
+            got, want = pool.step(["left"] * 3), ref.step(["left"] * 3)
+        assert "not deterministic" in got[1][4]["env_error"] and got[1][3] is True
+        assert got[0][0] == want[0][0] and got[2][0] == want[2][0]
+        assert "env_error" not in got[0][4] and "env_error" not in got[2][4]
+
+
+def test_slot_states_restore_in_new_processes() -> None:
+    ids = ["test/corridor", "test/frozen_lake", "test/corridor"]
+    with EnvPool(ids, num_workers=2, seed=1) as pool:
+        pool.reset()
+        for step in range(4):
+            last = pool.step(_walk(step, 3))
+        states = pool.slot_states()
+        instruction = pool.instruction(1)
+        expected = [pool.step(_walk(step, 3)) for step in range(12)]  # crosses episode ends: seeds must match too
+        assert pool.get_attr(0, "actions") == ["left", "right"]
+    with EnvPool(ids, num_workers=3) as fresh:
+        observations = fresh.restore_slots(states)
+        assert observations == [r[0] for r in last]
+        assert fresh.instruction(1) == instruction
+        got = [fresh.step(_walk(step, 3)) for step in range(12)]
+    assert [_texts(r) for r in got] == [_texts(r) for r in expected]
+    assert [[x[1:4] for x in r] for r in got] == [[x[1:4] for x in r] for r in expected]
+
+
+def test_api_misuse_gives_clear_errors() -> None:
+    pool = EnvPool("test/corridor", num_envs=2, in_process=True)
+    with pytest.raises(EnvStateError, match="before reset"):
+        pool.step(["left", "left"])
+    pool.reset()
+    with pytest.raises(ValueError, match=r"one action string per env \(2\), got 3 actions"):
+        pool.step(["left"] * 3)
+    with pytest.raises(ValueError, match="got a single string"):
+        pool.step("left")
+    with pytest.raises(TypeError, match="action 1 must be a str"):
+        pool.step(["left", 1])
+    with pytest.raises(ValueError, match="3 seeds for 2 envs"):
+        pool.reset(seeds=[1, 2, 3])
+    with pytest.raises(IndexError, match="slot 5 is out of range"):
+        pool.instruction(5)
+    pool.close()
+    pool.close()  # idempotent
+    with pytest.raises(EnvStateError, match="closed"):
+        pool.step(["left", "left"])
+    with pytest.raises(UnknownEnvError, match="test/corridor"):
+        EnvPool("test/coridor", num_envs=1)
+    with pytest.raises(ValueError, match="cannot be sent to a spawned worker"):
+        EnvPool(lambda: faulty_envs.Corridor(), num_envs=1)
+    with pytest.raises(ValueError, match="num_workers must be between 1 and the number of envs"):
+        EnvPool("test/corridor", num_envs=2, num_workers=3)
+    with pytest.raises(EnvPoolError, match="building the env of slot 0 failed"):
+        EnvPool("test/corridor", num_envs=1, env_kwargs={"no_such_arg": 1}, in_process=True)
+
+
+def test_thousand_steps_then_close_leaves_no_processes() -> None:
+    me = psutil.Process()
+    children_before = {p.pid for p in me.children(recursive=True)}
+    pool = EnvPool("test/corridor", num_envs=8, num_workers=2)
+    pids = [pid for pid in pool.worker_pids() if pid is not None]
+    assert len(pids) == 2 and all(pid not in children_before for pid in pids)
+    pool.reset(seeds=0)
+    for step in range(1000):
+        pool.step(_walk(step, 8))
+    pool.close()
+    assert not _alive(pids)
+    left = {p.pid for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE} - children_before
+    assert not left, f"processes left behind: {left}"
+
+
+def test_garbage_collection_and_interpreter_exit_stop_workers() -> None:
+    pool = EnvPool("test/corridor", num_envs=2, num_workers=2)
+    pids = pool.worker_pids()
+    del pool
+    gc.collect()
+    assert not _alive(pids)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        import faulty_envs
+        from envs.pool import EnvPool
+        faulty_envs.register_test_envs()
+        if __name__ == "__main__":
+            pool = EnvPool("test/corridor", num_envs=2, num_workers=2)
+            pool.reset()
+            print(*pool.worker_pids())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+    time.sleep(0.2)
+    assert not _alive(pids)
+
+
+@pytest.mark.skipif(
+    not (_available("babyai/goto") and _available("crafter/default")), reason="babyai/crafter envs not registered yet"
+)
+def test_real_games_in_one_pool_match_in_process() -> None:
+    ids = ["babyai/goto", "babyai/goto", "crafter/default", "babyai/goto"]
+    with EnvPool(ids, num_workers=2) as pool, EnvPool(ids, in_process=True) as local:
+        assert _texts_reset(pool.reset(seeds=0)) == _texts_reset(local.reset(seeds=0))
+        names = [pool.get_attr(i, "actions") for i in range(len(ids))]
+        for step in range(30):
+            actions = [a[(step * 5 + i) % len(a)] for i, a in enumerate(names)]
+            got, want = pool.step(actions), local.step(actions)
+            # Crafter can differ across processes after ~10 steps (STACK.md): compare it early only.
+            slots = range(len(ids)) if step < 5 else [0, 1, 3]
+            assert [got[i][0].text for i in slots] == [want[i][0].text for i in slots]
+            assert [got[i][1:4] for i in slots] == [want[i][1:4] for i in slots]
