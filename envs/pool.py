@@ -118,7 +118,7 @@ class _SlotRunner:
         try:
             self._build(slot)
             return ("ok",)
-        except Exception:  # noqa: BLE001 - reported to the parent with the traceback
+        except Exception:  # reported to the parent with the traceback
             return ("error", traceback.format_exc())
 
     def _cmd_reset(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple:
@@ -127,7 +127,7 @@ class _SlotRunner:
                 env = self.envs[slot] if attempt == 0 and slot in self.envs else self._build(slot)
                 obs, info = env.reset(seed=seed, options=options)
                 return ("ok", _strip_image(obs, self.keep_images), info)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 error = traceback.format_exc()
         return ("error", error)
 
@@ -143,12 +143,12 @@ class _SlotRunner:
                     "final_info": final_info,
                 }
             return ("ok", _strip_image(obs, self.keep_images), float(reward), bool(terminated), bool(truncated), info)
-        except Exception:  # noqa: BLE001 - the env's episode ends with this traceback as env_error
+        except Exception:  # the env's episode ends with this traceback as env_error
             error = traceback.format_exc()
         try:
             obs, info = self._fresh(slot, next_seed)
             return ("error", error, obs, info)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ("fatal", error + "\nand rebuilding the env failed too:\n" + traceback.format_exc())
 
     def _cmd_restore(
@@ -174,18 +174,18 @@ class _SlotRunner:
                         "not deterministic given its seed or state)"
                     )
                 return ("ok",)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 reason = traceback.format_exc()
         try:
             obs, info = self._fresh(slot, fallback_seed)
             return ("lost", reason, obs, info)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ("fatal", traceback.format_exc())
 
     def _cmd_get_state(self, slot: int) -> tuple:
         try:
             return ("ok", self.envs[slot].get_state())
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ("error", traceback.format_exc())
 
     def _cmd_set_state(self, slot: int, state: bytes) -> tuple:
@@ -193,13 +193,13 @@ class _SlotRunner:
             env = self.envs[slot]
             env.set_state(state)
             return ("ok", _strip_image(env.last_observation, self.keep_images))
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ("error", traceback.format_exc())
 
     def _cmd_attr(self, slot: int, name: str) -> tuple:
         try:
             return ("ok", getattr(self.envs[slot], name))
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ("error", traceback.format_exc())
 
     def close(self) -> None:
@@ -446,7 +446,7 @@ class EnvPool:
             try:
                 pickle.dumps(factory)
                 return factory
-            except Exception:  # noqa: BLE001 - the worker will look the id up in its own registry
+            except Exception:  # the worker will look the id up in its own registry
                 return spec
         try:
             pickle.dumps(spec)
@@ -793,7 +793,7 @@ class EnvPool:
         self._closed = True
         self._finalizer()
 
-    def __enter__(self) -> EnvPool:  # noqa: PYI034 - Self needs Python 3.11
+    def __enter__(self) -> EnvPool:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
