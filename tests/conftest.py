@@ -1,0 +1,53 @@
+"""Settings and fixtures shared by the whole test suite.
+
+Environment: offline Hugging Face, no usage reporting, Ray without an auth token in the home folder, a small vLLM
+KV cache. Fixtures: ``tiny_model`` (one tiny Qwen2 model per test session, built locally by verlog.testing).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+_TEST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "WANDB_MODE": "disabled",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+for _key, _value in _TEST_ENV.items():
+    os.environ.setdefault(_key, _value)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen2 model folder (148k parameters, head_dim 32), shared by the session."""
+    from verlog.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
+
+
+def _shm_leftovers() -> set[str]:
+    return set(glob.glob("/dev/shm/psm_*")) | set(glob.glob("/dev/shm/verl_weights_*"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_engine_leftovers():
+    """vLLM and verl leave shared-memory segments and /tmp files behind; remove the ones this session created."""
+    before_shm = _shm_leftovers()
+    before_tmp = set(glob.glob("/tmp/vllm_dist_*"))
+    yield
+    for path in (_shm_leftovers() - before_shm) | (set(glob.glob("/tmp/vllm_dist_*")) - before_tmp):
+        try:
+            os.remove(path)
+        except OSError:
+            pass

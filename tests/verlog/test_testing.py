@@ -1,0 +1,117 @@
+"""verlog.testing.build_tiny_model: loads and generates in transformers (here) and vLLM (e2e)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from verlog.testing import CHAT_TEMPLATE, TinyModelSpec, build_tiny_model
+
+MESSAGES = [
+    {"role": "system", "content": "You are an agent playing a simple navigation game."},
+    {"role": "user", "content": "Current Observation:\na wall 1 step forward"},
+]
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.suffix in (".json", ".safetensors", ".jinja")
+    }
+
+
+def test_transformers_loads_and_generates(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert model.config.model_type == "qwen2"
+    assert model.config.hidden_size // model.config.num_attention_heads >= 32
+    prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    assert prompt.startswith("<|im_start|>system\nYou are an agent")
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = tokenizer(prompt, return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+    # the byte-level tokenizer round-trips any text
+    text = "THINK: go ahead. ACTION: go forward ✓"
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+
+
+def test_deterministic_given_seed(tmp_path: Path) -> None:
+    a = build_tiny_model(tmp_path / "a", seed=3)
+    b = build_tiny_model(tmp_path / "b", seed=3)
+    c = build_tiny_model(tmp_path / "c", seed=4)
+    assert _digest(a) == _digest(b)
+    assert _digest(a)["model.safetensors"] != _digest(c)["model.safetensors"]
+
+
+def test_custom_sizes_and_corpus(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = build_tiny_model(
+        tmp_path / "m", corpus=["hello world"] * 10, hidden_size=128, num_layers=3, num_heads=2, vocab_size=320
+    )
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert model.config.num_hidden_layers == 3 and model.config.hidden_size == 128
+    assert len(tokenizer) <= 320
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, model.config.vocab_size)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"hidden_size": 64, "num_heads": 4}, "head_dim"),
+        ({"hidden_size": 65, "num_heads": 2}, "divide"),
+        ({"vocab_size": 100}, "vocab_size"),
+    ],
+)
+def test_bad_sizes_are_rejected(tmp_path: Path, sizes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build_tiny_model(tmp_path / "bad", **sizes)
+    assert TinyModelSpec().head_dim == 32
+
+
+VLLM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from vllm import LLM, SamplingParams
+
+    if __name__ == "__main__":
+        llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=512, seed=0)
+        params = SamplingParams(max_tokens=12, temperature=1.0, seed=0, ignore_eos=True)
+        out = llm.chat(json.loads(sys.argv[2]), params)[0].outputs[0]
+        print("RESULT", json.dumps({"n_tokens": len(out.token_ids), "text": out.text}))
+    """
+)
+
+
+@pytest.mark.e2e
+def test_vllm_cpu_loads_and_generates(tiny_model: Path, tmp_path: Path) -> None:
+    import json
+
+    script = tmp_path / "gen.py"
+    script.write_text(VLLM_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tiny_model), json.dumps(MESSAGES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["n_tokens"] == 12
+    assert isinstance(result["text"], str) and result["text"]
