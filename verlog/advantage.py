@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -73,55 +74,76 @@ def dual_discount_gae(
     Raises:
         AdvantageInputError: bad shapes, dtypes, masks, discounts or ``next_row`` links (the message names them).
     """
-    rewards, vals, mask, nxt_row, boot, term = _check_gae_inputs(
-        token_rewards, values, response_mask, next_row, next_value, terminated
-    )
+    rows = _check_gae_inputs(token_rewards, values, response_mask, next_row, next_value, terminated)
     discounts = {"token_gamma": token_gamma, "token_lam": token_lam, "step_gamma": step_gamma, "step_lam": step_lam}
     for name, x in discounts.items():
         if not 0.0 <= float(x) <= 1.0:
             raise AdvantageInputError(f"{name} must be in [0, 1], got {x}")
+    rewards, vals, maskf = rows.rewards, rows.values, rows.maskf
     batch, width = vals.shape
     device = vals.device
     if batch == 0:
         empty = torch.zeros_like(vals)
         return empty, empty.clone()
-    token_gl = float(token_gamma) * float(token_lam)
-    step_gl = float(step_gamma) * float(step_lam)
-    maskf = mask.to(torch.float32)
+    tg, sg = float(token_gamma), float(step_gamma)
+    token_gl, step_gl = tg * float(token_lam), sg * float(step_lam)
+    has_tokens = rows.last_pos >= 0
+    token_rows = torch.nonzero(has_tokens).squeeze(1)
+    first_pos = rows.first_pos.clamp(min=0)
+    last_pos = rows.last_pos[token_rows]
 
-    # Next position inside the mask after j (``width`` when j is at or after the turn's last token).
-    positions = torch.arange(width, device=device).expand(batch, width)
-    valid_pos = torch.where(mask, positions, torch.full_like(positions, width))
-    at_or_after = valid_pos.flip(1).cummin(1).values.flip(1)
-    next_pos = torch.cat([at_or_after[:, 1:], torch.full((batch, 1), width, device=device)], dim=1)
-    first_pos = at_or_after[:, 0].clamp(max=width - 1)
+    # Value after each turn's last token: the next turn's V(s_{t+1}) when it is in the batch, else the bootstrap
+    # value, else 0 after a termination.
     first_value = vals.gather(1, first_pos[:, None]).squeeze(1)
+    linked = rows.next_row >= 0
+    safe_next = torch.where(linked, rows.next_row, torch.zeros_like(rows.next_row))
+    zeros = torch.zeros_like(rows.next_value)
+    boundary = torch.where(linked, first_value[safe_next], torch.where(rows.terminated, zeros, rows.next_value))
 
-    # Value after the turn's last token: the next turn's V(s_{t+1}) in the batch, else bootstrap, else 0.
-    linked = nxt_row >= 0
-    safe_next = torch.where(linked, nxt_row, torch.zeros_like(nxt_row))
-    boundary = torch.where(linked, first_value[safe_next], torch.where(term, torch.zeros_like(boot), boot))
-    next_values = torch.cat([vals, boundary[:, None]], dim=1).gather(1, next_pos)
-    gammas = torch.where(next_pos == width, float(step_gamma), float(token_gamma))
-    deltas = (rewards + gammas * next_values - vals) * maskf
+    # TD errors with token discounts everywhere, then the last token of each turn redone with the step discount.
+    if rows.contiguous:
+        next_values = torch.cat([vals[:, 1:], vals.new_zeros(batch, 1)], dim=1)
+        factors = None
+        before = torch.arange(width, device=device, dtype=torch.float32)
+        powers = torch.pow(torch.tensor(token_gl, device=device), before)
+    else:  # holes in the mask: "next token" is the next position inside the mask
+        positions = torch.arange(width, device=device).expand(batch, width)
+        valid_pos = torch.where(rows.mask, positions, torch.full_like(positions, width))
+        after = valid_pos.flip(1).cummin(1).values.flip(1)
+        next_pos = torch.cat([after[:, 1:], torch.full((batch, 1), width, device=device)], dim=1)
+        next_values = torch.cat([vals, vals.new_zeros(batch, 1)], dim=1).gather(1, next_pos)
+        factors = torch.where(rows.mask, token_gl, 1.0).to(torch.float32)
+        before = maskf.cumsum(1) - maskf
+        powers = torch.pow(torch.tensor(token_gl, device=device), before) * maskf
+    deltas = torch.add(rewards, next_values, alpha=tg).sub_(vals).mul_(maskf)
+    last_reward = rewards[token_rows, last_pos]
+    last_value = vals[token_rows, last_pos]
+    deltas[token_rows, last_pos] = last_reward + sg * boundary[token_rows] - last_value
 
-    # In-turn reverse pass with the next turn's advantage taken as 0: A0[j] = delta[j] + f[j] * A0[j+1], where f is
-    # token_gamma * token_lam inside the mask and 1 outside (masked positions pass the carry through unchanged).
+    # Each row's first-token advantage is head + row_coef * (the next turn's first-token advantage): solve that
+    # recurrence along the links, then feed the incoming advantage into each turn's last token.
+    head = deltas @ powers if powers.dim() == 1 else (deltas * powers).sum(1)
+    row_coef = step_gl * torch.pow(
+        torch.tensor(token_gl, dtype=torch.float64), (rows.lengths - 1).clamp(min=0).double()
+    )
+    incoming = _solve_linked_rows(head.double(), row_coef.to(device), rows.next_row, linked).to(torch.float32)
+    deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
+
+    # One reverse pass over token positions: A[j] = delta[j] + f[j] * A[next j] (f = 1 on holes in the mask).
     deltas_t = deltas.t().contiguous()
-    factors_t = torch.where(mask, token_gl, 1.0).to(torch.float32).t().contiguous()
-    adv0_t = torch.empty_like(deltas_t)
+    adv_t = torch.empty_like(deltas_t)
     carry = torch.zeros(batch, dtype=torch.float32, device=device)
-    for j in range(width - 1, -1, -1):
-        carry = torch.addcmul(deltas_t[j], factors_t[j], carry, out=adv0_t[j])
-    adv0 = adv0_t.t()
-
-    # A[t, j] = A0[t, j] + coef[t, j] * A[next_row[t], first], coef = step_gl * token_gl ** (valid tokens after j).
-    after = maskf.flip(1).cumsum(1).flip(1) - maskf
-    row_coef = step_gl * token_gl ** (maskf.sum(1) - 1).clamp(min=0).double()
-    incoming = _solve_linked_rows(adv0.gather(1, first_pos[:, None]).squeeze(1).double(), row_coef, nxt_row, linked)
-    coef = step_gl * torch.pow(torch.tensor(token_gl, dtype=torch.float32, device=device), after)
-    advantages = (adv0 + coef * incoming.to(torch.float32)[:, None]) * maskf
-    returns = (advantages + vals) * maskf
+    if factors is None:
+        for j in range(width - 1, -1, -1):
+            carry = torch.add(deltas_t[j], carry, alpha=token_gl, out=adv_t[j])
+    else:
+        factors_t = factors.t().contiguous()
+        for j in range(width - 1, -1, -1):
+            carry = torch.addcmul(deltas_t[j], factors_t[j], carry, out=adv_t[j])
+    advantages = adv_t.t().contiguous()
+    if factors is not None:
+        advantages.mul_(maskf)  # holes carried the advantage through
+    returns = torch.addcmul(advantages, vals, maskf)
     return advantages, returns
 
 
@@ -158,6 +180,23 @@ def _solve_linked_rows(
     return torch.where(linked, total[:batch][safe_next], torch.zeros_like(head))
 
 
+@dataclass
+class _Rows:
+    """Validated GAE inputs: float32 ``[B, R]`` tensors, bool mask, per-row index tensors ``[B]``."""
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor
+    maskf: torch.Tensor
+    contiguous: bool  # every row's response tokens are positions 0 .. L-1 (right padding only)
+    lengths: torch.Tensor  # response tokens per row (long)
+    first_pos: torch.Tensor  # first response position, -1 for a row without tokens
+    last_pos: torch.Tensor  # last response position, -1 for a row without tokens
+    next_row: torch.Tensor
+    next_value: torch.Tensor
+    terminated: torch.Tensor
+
+
 def _as_row_tensor(x: _RowInput, name: str, batch: int, device: torch.device) -> torch.Tensor:
     t = torch.as_tensor(x, device=device)
     if t.dim() != 1 or t.shape[0] != batch:
@@ -165,14 +204,16 @@ def _as_row_tensor(x: _RowInput, name: str, batch: int, device: torch.device) ->
     return t
 
 
-def _check_mask(response_mask: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _check_mask(response_mask: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(bool mask, float32 mask)`` after checking the shape and that it holds only 0 and 1."""
     if response_mask.shape != shape:
         raise AdvantageInputError(f"response_mask must have shape {list(shape)}, got {list(response_mask.shape)}")
     if response_mask.dtype == torch.bool:
-        return response_mask
-    if not bool(((response_mask == 0) | (response_mask == 1)).all()):
+        return response_mask, response_mask.to(torch.float32)
+    maskf = response_mask.to(torch.float32)
+    if not torch.equal(maskf * maskf, maskf):  # only 0 and 1 satisfy x * x == x
         raise AdvantageInputError("response_mask must hold only 0 and 1 (or bool): 1 = response token, 0 = padding")
-    return response_mask != 0
+    return maskf.bool(), maskf
 
 
 def _check_gae_inputs(
@@ -182,8 +223,8 @@ def _check_gae_inputs(
     next_row: _RowInput,
     next_value: _RowInput,
     terminated: _RowInput,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Validate and convert: float32 rewards/values, bool mask, long next_row, float32 next_value, bool terminated."""
+) -> _Rows:
+    """Validate and convert the inputs of :func:`dual_discount_gae` (checks cost a few passes over [B, R])."""
     if values.dim() != 2:
         raise AdvantageInputError(f"values must have shape [B, R], got {list(values.shape)}")
     if token_rewards.shape != values.shape:
@@ -198,10 +239,30 @@ def _check_gae_inputs(
     if width == 0:
         raise AdvantageInputError("values has no response positions (R = 0)")
     device = values.device
-    mask = _check_mask(response_mask.to(device), values.shape)
     rewards = token_rewards.to(device=device, dtype=torch.float32)
-    stray = (rewards != 0) & ~mask
-    if bool(stray.any()):
+    vals = values.to(torch.float32)
+    positions = torch.arange(width, device=device)
+    if response_mask.shape != values.shape:
+        raise AdvantageInputError(
+            f"response_mask must have shape {list(values.shape)}, got {list(response_mask.shape)}"
+        )
+    response_mask = response_mask.to(device)
+    lengths = response_mask.sum(1).round().long()
+    right_padded = positions[None, :] < lengths[:, None]
+    if torch.equal(right_padded.to(response_mask.dtype), response_mask):  # the common layout; also proves 0/1
+        mask, maskf, contiguous = right_padded, right_padded.to(torch.float32), True
+        first_pos = torch.where(lengths > 0, 0, -1)
+        last_pos = lengths - 1
+        inside = right_padded
+    else:
+        mask, maskf = _check_mask(response_mask, values.shape)
+        contiguous = False
+        lengths = mask.sum(1)
+        first_pos = torch.where(lengths > 0, mask.to(torch.int8).argmax(1), -1)
+        last_pos = torch.where(lengths > 0, width - 1 - mask.flip(1).to(torch.int8).argmax(1), -1)
+        inside = mask
+    stray = rewards.masked_fill(inside, 0.0)
+    if int(torch.count_nonzero(stray)):
         row, pos = (int(i) for i in torch.nonzero(stray)[0])
         raise AdvantageInputError(
             f"token_rewards[{row}, {pos}] = {float(rewards[row, pos])} lies outside response_mask and would be lost: "
@@ -214,35 +275,39 @@ def _check_gae_inputs(
     boot = _as_row_tensor(next_value, "next_value", batch, device).to(torch.float32)
     term = _as_row_tensor(terminated, "terminated", batch, device).bool()
     if batch:
-        bad = (nxt < -1) | (nxt >= batch) | (nxt == torch.arange(batch, device=device))
-        if bool(bad.any()):
-            row = int(torch.nonzero(bad)[0, 0])
-            raise AdvantageInputError(
-                f"next_row[{row}] = {int(nxt[row])}: must be -1 or another row's index in [0, {batch})"
-            )
-        linked = nxt >= 0
-        both = linked & term
-        if bool(both.any()):
-            row = int(torch.nonzero(both)[0, 0])
-            raise AdvantageInputError(
-                f"row {row} is terminated but has next_row = {int(nxt[row])}: a terminated turn has no next turn; "
-                "set next_row to -1 (a new episode starts a new chain)"
-            )
-        targets = torch.bincount(nxt[linked], minlength=batch)
-        if bool((targets > 1).any()):
-            row = int(torch.nonzero(targets > 1)[0, 0])
-            raise AdvantageInputError(f"row {row} is the next_row of {int(targets[row])} rows; at most one is allowed")
-        empty = ~mask.any(1)
-        tied = empty & (linked | (targets > 0))
-        if bool(tied.any()):
-            row = int(torch.nonzero(tied)[0, 0])
-            raise AdvantageInputError(
-                f"row {row} has no response tokens but is linked by next_row; padding rows must have next_row = -1 "
-                "and not be any row's next_row"
-            )
-        if bool((~torch.isfinite(boot) & ~linked & ~term).any()):
-            raise AdvantageInputError("next_value holds a non-finite bootstrap value for a row that needs one")
-    return rewards, values.to(torch.float32), mask, nxt, boot, term
+        _check_links(nxt, term, boot, lengths)
+    return _Rows(rewards, vals, mask, maskf, contiguous, lengths, first_pos, last_pos, nxt, boot, term)
+
+
+def _check_links(nxt: torch.Tensor, term: torch.Tensor, boot: torch.Tensor, lengths: torch.Tensor) -> None:
+    batch = nxt.shape[0]
+    bad = (nxt < -1) | (nxt >= batch) | (nxt == torch.arange(batch, device=nxt.device))
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise AdvantageInputError(
+            f"next_row[{row}] = {int(nxt[row])}: must be -1 or another row's index in [0, {batch})"
+        )
+    linked = nxt >= 0
+    both = linked & term
+    if bool(both.any()):
+        row = int(torch.nonzero(both)[0, 0])
+        raise AdvantageInputError(
+            f"row {row} is terminated but has next_row = {int(nxt[row])}: a terminated turn has no next turn; "
+            "set next_row to -1 (a new episode starts a new chain)"
+        )
+    targets = torch.bincount(nxt[linked], minlength=batch)
+    if bool((targets > 1).any()):
+        row = int(torch.nonzero(targets > 1)[0, 0])
+        raise AdvantageInputError(f"row {row} is the next_row of {int(targets[row])} rows; at most one is allowed")
+    tied = (lengths == 0) & (linked | (targets > 0))
+    if bool(tied.any()):
+        row = int(torch.nonzero(tied)[0, 0])
+        raise AdvantageInputError(
+            f"row {row} has no response tokens but is linked by next_row; padding rows must have next_row = -1 "
+            "and not be any row's next_row"
+        )
+    if bool((~torch.isfinite(boot) & ~linked & ~term).any()):
+        raise AdvantageInputError("next_value holds a non-finite bootstrap value for a row that needs one")
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
@@ -259,20 +324,20 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     """
     if values.shape != mask.shape:
         raise AdvantageInputError(f"mask shape {list(mask.shape)} differs from values shape {list(values.shape)}")
-    m = _check_mask(mask.to(values.device), values.shape)
-    count = int(m.sum())
+    _, maskf = _check_mask(mask.to(values.device), values.shape)
+    count = float(maskf.sum())
     if count < 2:
         raise AdvantageInputError(
-            f"masked_whiten needs at least 2 positions inside the mask, got {count}: use a larger batch"
+            f"masked_whiten needs at least 2 positions inside the mask, got {count:g}: use a larger batch"
         )
     x = values.to(torch.float32)
-    maskf = m.to(torch.float32)
-    mean = (x * maskf).sum() / count
-    var = ((x - mean).square() * maskf).sum() / (count - 1)
-    out = (x - mean) * torch.rsqrt(var + 1e-8)
+    mean = torch.dot(x.flatten(), maskf.flatten()) / count
+    centered = (x - mean).mul_(maskf).flatten()
+    var = torch.dot(centered, centered) / (count - 1)
+    out = centered.mul_(torch.rsqrt(var + 1e-8)).view(values.shape)
     if not shift_mean:
-        out = out + mean
-    return out * maskf
+        out = torch.addcmul(out, maskf, mean)
+    return out
 
 
 def value_loss_weights(response_mask: torch.Tensor, first_position_weight: float = 1.0) -> torch.Tensor:
@@ -282,12 +347,11 @@ def value_loss_weights(response_mask: torch.Tensor, first_position_weight: float
         raise AdvantageInputError(f"first_position_weight must be >= 0, got {first_position_weight}")
     if response_mask.dim() != 2:
         raise AdvantageInputError(f"response_mask must have shape [B, R], got {list(response_mask.shape)}")
-    m = _check_mask(response_mask, response_mask.shape)
-    weights = m.to(torch.float32)
-    if first_position_weight != 1.0 and m.shape[1] > 0:
-        has_token = m.any(1)
-        first = m.to(torch.int8).argmax(1)
-        rows = torch.nonzero(has_token).squeeze(1)
+    mask, maskf = _check_mask(response_mask, response_mask.shape)
+    weights = maskf.clone()
+    if first_position_weight != 1.0 and mask.shape[1] > 0:
+        rows = torch.nonzero(mask.any(1)).squeeze(1)
+        first = mask.to(torch.int8).argmax(1)
         weights[rows, first[rows]] = float(first_position_weight)
     return weights
 
@@ -335,14 +399,13 @@ def value_loss(
         )
     if cliprange_value < 0:
         raise AdvantageInputError(f"cliprange_value must be >= 0, got {cliprange_value}")
-    mask = _check_mask(response_mask.to(values.device), values.shape)
-    weights = value_loss_weights(mask, first_position_weight)
+    _, maskf = _check_mask(response_mask.to(values.device), values.shape)
+    weights = value_loss_weights(maskf, first_position_weight)
     clipped = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
     unclipped_loss = (values - returns).square()
     clipped_loss = (clipped - returns).square()
     loss_mat = torch.maximum(unclipped_loss, clipped_loss)
     loss = 0.5 * _aggregate(loss_mat, weights, loss_agg_mode, dp_size, batch_num_tokens, global_batch_size)
-    maskf = mask.to(torch.float32)
     clipfrac = ((clipped_loss > unclipped_loss).to(torch.float32) * maskf).sum() / maskf.sum().clamp(min=1.0)
     return loss, clipfrac
 

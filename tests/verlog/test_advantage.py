@@ -111,9 +111,9 @@ def test_token_discounts_inside_a_turn():
 def random_batch(seed: int, episodes: int, width: int, holes: bool):
     """Episodes split into turns (rows), some terminated, some truncated or cut by the batch, rows shuffled."""
     rng = np.random.default_rng(seed)
-    rows = []  # (length, terminated, next_value, episode, turn)
+    rows = []  # (length, terminated, next_value)
     links = []
-    for ep in range(episodes):
+    for _ in range(episodes):
         turns = int(rng.integers(1, 6))
         end = rng.choice(["terminated", "truncated", "batch"])
         start = len(rows)

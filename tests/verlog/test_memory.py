@@ -120,7 +120,7 @@ def test_prompt_length_stays_flat(tokenizer):
     memory = SlidingMemory(n=1)
     play(memory, 2)
     sizes = []
-    for t in range(2, 60):
+    for _ in range(2, 60):
         sizes.append(memory.build_prompt(tokenizer).num_tokens)
         memory.record("THINK: plan 7. ACTION: go forward", "go forward")
         memory.observe("obs7")
