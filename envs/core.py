@@ -17,6 +17,7 @@ A game subclasses :class:`TextEnv` and implements the ``_game_*`` hooks.
 from __future__ import annotations
 
 import pickle
+import string
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ __all__ = [
     "INFO_KEYS",
     "INVALID_ACTION_FEEDBACK",
     "ParseMode",
+    "TextActionSpace",
     "TextEnv",
     "TextObservation",
     "TextObservationSpace",
@@ -71,6 +73,19 @@ class TextObservation:
     def with_prefix(self, prefix: str) -> TextObservation:
         """The same observation with ``prefix`` put in front of the long-term context (and so of ``text``)."""
         return TextObservation.build(prefix + self.long_term, self.short_term, self.image)
+
+
+class TextActionSpace(gym.spaces.Text):
+    """Any string is a member (a model may write anything; the env's parser decides what it means).
+
+    ``sample()`` draws printable ASCII strings of up to ``max_length`` characters.
+    """
+
+    def __init__(self, max_length: int = 256) -> None:
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
 
 
 class TextObservationSpace(gym.spaces.Space):
@@ -141,7 +156,7 @@ class TextEnv(gym.Env):
         self._max_steps_override = max_steps
         self.render_mode = render_mode
         self.observation_space = TextObservationSpace()
-        self.action_space = gym.spaces.Text(max_length=4096)
+        self.action_space = TextActionSpace()
         self.episode_step = 0
         self._episode_over = True
         self._last_obs: TextObservation | None = None
