@@ -1,0 +1,106 @@
+"""`verlog play`: the interactive loop fed from stdin, on real envs."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import envs
+from verlog import cli
+from verlog.commands import play
+
+TESTS_ENVS = Path(__file__).resolve().parents[1] / "envs"
+sys.path.insert(0, str(TESTS_ENVS))
+import faulty_envs  # noqa: E402  (the test envs live beside the env tests)
+
+faulty_envs.register_test_envs()
+
+
+def _play(env_id: str, lines: list[str], **kwargs) -> str:
+    out = io.StringIO()
+    code = play.play(envs.make(env_id), io.StringIO("".join(f"{x}\n" for x in lines)), out, **kwargs)
+    assert code == 0
+    return out.getvalue()
+
+
+def test_instruction_observation_actions_by_name_and_number() -> None:
+    out = _play("test/frozen_lake", ["right", "2", "1", ":q"], seed=0)
+    assert out.startswith("=== Instruction ===\nCross the frozen lake")
+    assert out.count("=== Instruction ===") == 1
+    assert "--- Episode 1, step 0 ---\nYou stand on row 0, column 0 of the frozen lake." in out
+    assert "-> right | reward 0 | terminated False | truncated False | progression 0.00" in out
+    assert "--- Episode 1, step 2 ---\nYou stand on row 0, column 2 of the frozen lake." in out  # "2" is right
+    assert "--- Episode 1, step 3 ---\nYou stand on row 1, column 2 of the frozen lake." in out  # "1" is down
+    assert out.rstrip().endswith("bye")
+
+
+def test_episode_end_is_summarised_and_next_episode_starts() -> None:
+    path = ["right", "right", "down", "down", "down", "right"]
+    out = _play("test/frozen_lake", [*path, "down", "right", ":q"], seed=0)
+    assert "-> right | reward 1 | terminated True | truncated False | progression 1.00" in out
+    assert "=== Episode 1 over after 6 steps: success, return 1 ===" in out
+    assert "--- Episode 2, step 0 ---\nYou stand on row 0, column 0" in out
+    assert "=== Episode 2 over after 2 steps: no success, return 0 ===" in out  # (1, 1) is a hole
+    assert "--- Episode 3, step 0 ---" in out
+
+
+def test_help_info_invalid_and_commands() -> None:
+    out = _play("test/frozen_lake", [":help", "fly away", ":info", "9", ":bogus", "", ":reset", ":q"], seed=0)
+    assert "Actions (type the name or its number):\n  0: left\n  1: down\n  2: right\n  3: up" in out
+    assert "-> left (not a valid action: executed 'left') | reward 0" in out
+    assert "  raw_action: 'fly away'" in out and "  action_valid: False" in out
+    assert "no action number 9: there are 4 (0-3)" in out
+    assert "unknown command ':bogus'" in out
+    assert "(new episode)" in out
+
+
+def test_end_of_input_and_episode_limit_stop_the_loop() -> None:
+    assert _play("test/corridor", ["right"], seed=1).rstrip().endswith("(end of input) bye")
+    out = _play("test/corridor", ["right"] * 30, seed=1, episodes=1)
+    assert out.count("over after") == 1 and "--- Episode 2" not in out
+
+
+def test_run_parses_arguments_and_env_args(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    play.add_arguments(parser)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("left\n:q\n"))
+    args = parser.parse_args(["test/corridor", "--seed", "3", "--env-arg", "length=3", "--env-arg", "max_steps=1"])
+    assert play.run(args) == 0
+    out = capsys.readouterr().out
+    assert "the goal is cell 2." in out and "truncated True" in out
+    assert play.parse_env_args(["a=1", "b=lenient", "c=[1, 2]"]) == {"a": 1, "b": "lenient", "c": [1, 2]}
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        play.parse_env_args(["oops"])
+    assert play.run(parser.parse_args(["test/coridor"])) == 2
+    assert "Did you mean: test/corridor" in capsys.readouterr().err
+
+
+def test_registered_as_a_cli_subcommand() -> None:
+    assert cli.SUBCOMMANDS["play"][0] == "verlog.commands.play"
+
+
+def _babyai_goto() -> bool:
+    try:
+        return "babyai/goto" in envs.list_envs()
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _babyai_goto(), reason="babyai/goto is not registered yet")
+def test_verlog_play_babyai_in_a_subprocess() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlog", "play", "babyai/goto", "--seed", "0"],
+        input=":help\ngo forward\nturn left\n:q\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Your goal is to go to" in proc.stdout
+    assert "-> go forward |" in proc.stdout and "-> turn left |" in proc.stdout
+    assert "--- Episode 1, step 2 ---" in proc.stdout
