@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 import envs
 from envs.babaisai import TASKS, BabaIsAIEnv, generate, solve
@@ -265,3 +267,11 @@ def test_state_keeps_the_rng_stream_for_the_next_level() -> None:
     assert env.reset()[0].text == twin.reset()[0].text
     with pytest.raises(EnvStateError, match="goto_win"):
         envs.make("babaisai/goto_win").set_state(state)
+
+
+def test_gymnasium_env_checker() -> None:
+    env = BabaIsAIEnv("two_room-goto_win")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*not having a spec.*")
+        check_env(env)
