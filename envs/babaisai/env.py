@@ -10,13 +10,7 @@ from envs.babaisai.boards import parse_board
 from envs.babaisai.errors import LevelError, UnknownTaskError
 from envs.babaisai.levels import MAX_STEPS, TASKS, Level, generate
 from envs.babaisai.render import render_rgb
-from envs.babaisai.text import (
-    YOU_MISSING_PREFIX,
-    instruction_prompt,
-    object_lines,
-    observation_text,
-    rules_text,
-)
+from envs.babaisai.text import YOU_MISSING_PREFIX, instruction_prompt, object_lines, observation_text, rules_text
 from envs.babaisai.world import ACTIONS, Cells, Rules, advance, parse_rules
 from envs.core import TextEnv, TextObservation
 from envs.errors import EnvStateError

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from envs.babaisai.world import (
-    BALL,
-    DOOR,
-    KEY,
-    TEXT,
-    WALL,
-    WORDS,
-    Cells,
-    Rules,
-    reference_cell,
-)
+from envs.babaisai.world import BALL, DOOR, KEY, TEXT, WALL, WORDS, Cells, Rules, reference_cell
 
 ACTION_DESCRIPTIONS = {
     "idle": "wait for one step",

@@ -159,7 +159,7 @@ def _try_move(cells: list[tuple[int, ...]], i: int, d: int, masks: tuple[int, ..
         source = cells[i]
         mover = source[-1]
         cells[i] = source[:-1]
-        cells[dest] = target + (mover,)
+        cells[dest] = (*target, mover)
         if mover >= TEXT:
             ctx.text_moved = True
         elif ctx.moved and (i, len(source) - 1) in ctx.moved:
@@ -215,7 +215,7 @@ def _transform(board: list[tuple[int, ...]], transforms: tuple[tuple[int, int], 
         new = obj(kind_to, DEFAULT_COLOUR[kind_to])
         for i, stack in enumerate(board):
             if stack and stack[-1] < TEXT and stack[-1] >> 3 == kind_from:
-                board[i] = stack + (new,)
+                board[i] = (*stack, new)
 
 
 def you_cells(cells: Cells, rules: Rules) -> list[int]:

@@ -9,8 +9,10 @@ from envs.babaisai.errors import LevelError
 from envs.babaisai.world import (
     BABA,
     BALL,
+    DOOR,
     KEY,
     TEXT,
+    WALL,
     WORDS,
     Rules,
     advance,
@@ -18,6 +20,9 @@ from envs.babaisai.world import (
     reference_cell,
     you_cells,
 )
+
+LETTER = {BABA: "b", KEY: "k", BALL: "o", WALL: "w", DOOR: "d"}
+"""Board-format letter of each object kind."""
 
 UP, RIGHT, DOWN, LEFT = 1, 2, 3, 4
 
@@ -36,7 +41,7 @@ class Board:
     def at(self, x: int, y: int) -> list[str]:
         """Names in cell (x, y) of the inner board (border excluded), bottom first."""
         stack = self.cells[(y + 1) * self.width + x + 1]
-        return [WORDS[c - TEXT].upper() if c >= TEXT else "bkowd"[[BABA, KEY, BALL, 1, 5].index(c >> 3)] for c in stack]
+        return [WORDS[c - TEXT].upper() if c >= TEXT else LETTER[c >> 3] for c in stack]
 
     def you(self) -> list[tuple[int, int]]:
         return [(i % self.width - 1, i // self.width - 1) for i in you_cells(self.cells, self.rules)]
