@@ -104,6 +104,8 @@ class BabaIsAIEnv(TextEnv):
 
     def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:
         if seed is not None:
+            if not 0 <= seed < 2**32:
+                raise ValueError(f"BabaIsAI seeds are NumPy legacy seeds in [0, 2**32), got {seed}; use seed % 2**32")
             self._rng = np.random.RandomState(seed)
         elif self._rng is None:
             self._rng = np.random.RandomState(int(self.np_random.integers(2**31)))

@@ -117,6 +117,8 @@ def test_unknown_task_and_bad_options_raise_with_the_fix() -> None:
         BabaIsAIEnv("goto_win", you_missing_text="dump")
     with pytest.raises(RuntimeError, match="reset"):
         solve(BabaIsAIEnv("goto_win"))
+    with pytest.raises(ValueError, match="2\\*\\*32"):
+        BabaIsAIEnv("goto_win").reset(seed=2**40)
 
 
 def test_balrog_constructor_argument_is_accepted() -> None:
