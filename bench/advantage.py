@@ -128,17 +128,40 @@ def bench_gae(rows: int, width: int, turns: int, device: str, repeats: int, loop
     print(f"ratio (dual + whiten) / verl      {t_dual_w / t_verl:9.2f}x (target <= 1.5x)")
 
     sub = {k: v.cpu() for k, v in make_batch(loop_slots, turns, width, seed=1).items()}
+    fast, _ = dual_discount_gae(**sub, **DISCOUNTS)
+    scale = slots / loop_slots
     start = time.perf_counter()
     ref = loop_reference(sub, **{"tg": 1.0, "tl": 1.0, "sg": 0.99, "sl": 0.95})
-    t_loop_sub = time.perf_counter() - start
-    t_loop = t_loop_sub * slots / loop_slots
-    fast, _ = dual_discount_gae(**sub, **DISCOUNTS)
+    t_lists = (time.perf_counter() - start) * scale
     err = (fast - torch.tensor(ref)).abs().max().item()
     print(
-        f"plain loops: {t_loop_sub:.2f} s on {loop_slots * turns} rows, scaled x{slots / loop_slots:g} "
-        f"-> {t_loop:.1f} s for {slots * turns} rows; speed-up {t_loop / t_dual:.0f}x (target >= 50x); "
-        f"max |difference| {err:.1e}"
+        f"plain loops on Python lists: {t_lists:.2f} s for {slots * turns} rows (timed on {loop_slots * turns} rows, "
+        f"x{scale:g}); dual GAE is {t_lists / t_dual:.0f}x faster (target >= 50x); max |difference| {err:.1e}"
     )
+    test_reference = _test_reference()
+    if test_reference is not None:
+        arrays = [sub[k].numpy() for k in ("token_rewards", "values", "response_mask", "next_row", "next_value")]
+        start = time.perf_counter()
+        test_reference(*arrays, sub["terminated"].numpy(), 1.0, 1.0, 0.99, 0.95)
+        t_test = (time.perf_counter() - start) * scale
+        print(
+            f"the test's nested-loop reference (numpy indexing): {t_test:.2f} s for {slots * turns} rows "
+            f"(scaled x{scale:g}); dual GAE is {t_test / t_dual:.0f}x faster"
+        )
+
+
+def _test_reference():
+    """``reference_gae`` from tests/verlog/test_advantage.py (loaded by path), or None outside a checkout."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "verlog" / "test_advantage.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("_verlog_test_advantage", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reference_gae
 
 
 def crafter_like_observation(rng: random.Random) -> tuple[str, str]:

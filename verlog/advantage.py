@@ -100,48 +100,48 @@ def dual_discount_gae(
     zeros = torch.zeros_like(rows.next_value)
     boundary = torch.where(linked, first_value[safe_next], torch.where(rows.terminated, zeros, rows.next_value))
 
-    # TD errors with token discounts everywhere, then the last token of each turn redone with the step discount.
+    # TD errors with token discounts everywhere, laid out [R, B] for the reverse pass over positions; then the last
+    # token of each turn is redone with the step discount.
     if rows.contiguous:
-        next_values = torch.cat([vals[:, 1:], vals.new_zeros(batch, 1)], dim=1)
-        factors = None
-        before = torch.arange(width, device=device, dtype=torch.float32)
-        powers = torch.pow(torch.tensor(token_gl, device=device), before)
+        deltas_t = torch.sub(rewards.t(), vals.t(), out=torch.empty(width, batch, device=device))
+        deltas_t[:-1].add_(vals.t()[1:], alpha=tg)
+        deltas_t.mul_(maskf.t())
+        factors_t = None
+        powers = torch.pow(torch.tensor(token_gl, device=device), torch.arange(width, device=device).float())
     else:  # holes in the mask: "next token" is the next position inside the mask
         positions = torch.arange(width, device=device).expand(batch, width)
         valid_pos = torch.where(rows.mask, positions, torch.full_like(positions, width))
         after = valid_pos.flip(1).cummin(1).values.flip(1)
         next_pos = torch.cat([after[:, 1:], torch.full((batch, 1), width, device=device)], dim=1)
         next_values = torch.cat([vals, vals.new_zeros(batch, 1)], dim=1).gather(1, next_pos)
-        factors = torch.where(rows.mask, token_gl, 1.0).to(torch.float32)
+        deltas_t = torch.add(rewards, next_values, alpha=tg).sub_(vals).mul_(maskf).t().contiguous()
+        factors_t = torch.where(rows.mask, token_gl, 1.0).to(torch.float32).t().contiguous()
         before = maskf.cumsum(1) - maskf
-        powers = torch.pow(torch.tensor(token_gl, device=device), before) * maskf
-    deltas = torch.add(rewards, next_values, alpha=tg).sub_(vals).mul_(maskf)
+        powers = (torch.pow(torch.tensor(token_gl, device=device), before) * maskf).t()
     last_reward = rewards[token_rows, last_pos]
     last_value = vals[token_rows, last_pos]
-    deltas[token_rows, last_pos] = last_reward + sg * boundary[token_rows] - last_value
+    deltas_t[last_pos, token_rows] = last_reward + sg * boundary[token_rows] - last_value
 
     # Each row's first-token advantage is head + row_coef * (the next turn's first-token advantage): solve that
     # recurrence along the links, then feed the incoming advantage into each turn's last token.
-    head = deltas @ powers if powers.dim() == 1 else (deltas * powers).sum(1)
+    head = powers @ deltas_t if powers.dim() == 1 else (deltas_t * powers).sum(0)
     row_coef = step_gl * torch.pow(
         torch.tensor(token_gl, dtype=torch.float64), (rows.lengths - 1).clamp(min=0).double()
     )
     incoming = _solve_linked_rows(head.double(), row_coef.to(device), rows.next_row, linked).to(torch.float32)
-    deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
+    deltas_t[last_pos, token_rows] += step_gl * incoming[token_rows]
 
     # One reverse pass over token positions: A[j] = delta[j] + f[j] * A[next j] (f = 1 on holes in the mask).
-    deltas_t = deltas.t().contiguous()
     adv_t = torch.empty_like(deltas_t)
     carry = torch.zeros(batch, dtype=torch.float32, device=device)
-    if factors is None:
+    if factors_t is None:
         for j in range(width - 1, -1, -1):
             carry = torch.add(deltas_t[j], carry, alpha=token_gl, out=adv_t[j])
     else:
-        factors_t = factors.t().contiguous()
         for j in range(width - 1, -1, -1):
             carry = torch.addcmul(deltas_t[j], factors_t[j], carry, out=adv_t[j])
     advantages = adv_t.t().contiguous()
-    if factors is not None:
+    if factors_t is not None:
         advantages.mul_(maskf)  # holes carried the advantage through
     returns = torch.addcmul(advantages, vals, maskf)
     return advantages, returns
@@ -249,8 +249,10 @@ def _check_gae_inputs(
     response_mask = response_mask.to(device)
     lengths = response_mask.sum(1).round().long()
     right_padded = positions[None, :] < lengths[:, None]
-    if torch.equal(right_padded.to(response_mask.dtype), response_mask):  # the common layout; also proves 0/1
-        mask, maskf, contiguous = right_padded, right_padded.to(torch.float32), True
+    as_given = right_padded if response_mask.dtype == torch.bool else right_padded.to(response_mask.dtype)
+    if torch.equal(as_given, response_mask):  # the common layout; also proves the mask holds only 0 and 1
+        maskf = response_mask if response_mask.dtype == torch.float32 else right_padded.to(torch.float32)
+        mask, contiguous = right_padded, True
         first_pos = torch.where(lengths > 0, 0, -1)
         last_pos = lengths - 1
         inside = right_padded
