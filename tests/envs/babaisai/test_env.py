@@ -277,3 +277,11 @@ def test_gymnasium_env_checker() -> None:
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", message=".*not having a spec.*")
         check_env(env)
+
+
+def test_lose_ends_the_episode_with_minus_one() -> None:
+    env = envs.make("babaisai/goto_win")
+    env.reset(options={"board": "BABA IS YOU .\nKEY IS LOSE .\nb k . ."})
+    _, reward, terminated, truncated, info = env.step("right")
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+    assert info["success"] is False and info["progression"] == 0.0

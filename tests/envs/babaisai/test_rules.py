@@ -329,3 +329,38 @@ def test_noun_is_noun_stacks_a_new_object_on_top_after_each_step() -> None:
 def test_bad_board_text_names_the_token() -> None:
     with pytest.raises(LevelError, match="'Q'"):
         parse_board("b Q")
+
+
+def test_a_blocked_mover_that_is_itself_win_wins() -> None:
+    board = Board(
+        """
+        BABA IS YOU
+        BABA IS WIN
+        b    .  .
+        """
+    )
+    assert board.step(RIGHT) == (False, False), "moving into an empty cell tests that cell, not the mover"
+    assert board.step(DOWN) == (True, False), "blocked by the border: the mover itself is tested"
+
+
+def test_lose_property() -> None:
+    board = Board(
+        """
+        BABA IS YOU  .
+        KEY  IS LOSE .
+        b    k  .    .
+        """
+    )
+    assert board.step(RIGHT) == (False, True)
+
+
+def test_pull_property_drags_the_object_behind_the_mover() -> None:
+    board = Board(
+        """
+        BABA IS YOU  .
+        KEY  IS PULL .
+        k    b  .    .
+        """
+    )
+    board.step(RIGHT)
+    assert board.at(0, 2) == [] and board.at(1, 2) == ["k"] and board.at(2, 2) == ["b"]
