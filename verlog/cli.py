@@ -17,6 +17,7 @@ from verlog.version import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("verlog.commands.envs", "list the registered environment ids"),
     "tiny-model": ("verlog.commands.tiny_model", "build a tiny random-weight Qwen2 model for smoke runs"),
+    "train": ("verlog.commands.train", "train an LLM agent with multi-turn PPO through verl (Hydra configs)"),
     "play": ("verlog.commands.play", "play a registered env in the terminal: instruction, observation, action"),
 }
 

@@ -1,0 +1,170 @@
+"""TurnBatch: the per-turn rows of one rollout, with their next-turn links and bootstrap prompts.
+
+One row is one agent turn: the prompt the model saw, the tokens it wrote, the env's reward for the executed action
+and whether the episode ended there. Rows of the same episode are linked (``next_row``) so that the dual-discount GAE
+carries credit across turns; a row whose next turn is not in the batch but whose episode goes on (the rollout
+stopped, or a time limit cut the episode) carries a *bootstrap prompt*, the prompt of state ``s_{t+1}``, whose
+critic value ``V(s_{t+1})`` stands in for the missing turn.
+
+Plain lists and tensors only: the trainer turns :meth:`TurnBatch.to_tensors` into verl's DataProto.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TurnRow:
+    """One agent turn.
+
+    Attributes:
+        slot: env slot index.
+        episode_id: unique id of the episode (``"<run>-s<slot>-e<count>"``).
+        turn_index: index of this turn in its episode (0 = first action).
+        prompt_ids: the prompt's token ids (chat template applied).
+        response_ids: the tokens the model wrote (the end-of-turn token included when it stopped there).
+        response_logprobs: log-probabilities of ``response_ids`` under the rollout policy, or None.
+        reward: env reward of the executed action (format penalty included).
+        terminated: the episode truly ended at this turn (no bootstrap).
+        truncated: the episode was cut at this turn (time limit or env failure; bootstrap from the final state).
+        next_row: index in the batch of the same episode's next turn, or -1.
+        bootstrap_prompt_ids: prompt of ``s_{t+1}`` when ``next_row == -1`` and not ``terminated``, else None.
+        action: the action the env executed; ``action_valid`` whether the model's text named a valid action.
+        env_error: the env failure that cut the episode here, or None.
+    """
+
+    slot: int
+    episode_id: str
+    turn_index: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float] | None
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    next_row: int = -1
+    bootstrap_prompt_ids: list[int] | None = None
+    action: str = ""
+    action_valid: bool = True
+    env_error: str | None = None
+    generation_failed: bool = False
+
+
+@dataclass
+class EpisodeStats:
+    """Statistics of one finished episode."""
+
+    episode_id: str
+    slot: int
+    ret: float
+    length: int
+    success: bool
+    progression: float
+    valid_action_ratio: float
+    prompt_tokens: float
+    response_tokens: float
+    truncated: bool
+    env_error: bool
+
+
+@dataclass
+class TurnBatch:
+    """The rows of one rollout and the episodes that finished during it."""
+
+    rows: list[TurnRow] = field(default_factory=list)
+    episodes: list[EpisodeStats] = field(default_factory=list)
+    generation_retries: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def link_rows(self) -> None:
+        """Set ``next_row`` from (episode id, turn index) (rows of an episode's later turns in the batch)."""
+        index = {(r.episode_id, r.turn_index): i for i, r in enumerate(self.rows)}
+        for row in self.rows:
+            nxt = -1 if (row.terminated or row.truncated) else index.get((row.episode_id, row.turn_index + 1), -1)
+            row.next_row = nxt
+
+    def bootstrap_rows(self) -> list[int]:
+        """Indices of rows that need a bootstrap value ``V(s_{t+1})``."""
+        return [i for i, r in enumerate(self.rows) if r.bootstrap_prompt_ids is not None]
+
+    def to_tensors(self, pad_token_id: int, max_prompt_tokens: int, max_response_tokens: int) -> dict[str, Any]:
+        """Padded tensors of the rows, the layout verl's PPO workers expect.
+
+        Returns a dict with:
+            prompts ``[B, P]`` left-padded, responses ``[B, R]`` right-padded, response_mask ``[B, R]`` (1 = a token
+            the model wrote), input_ids ``[B, P+R]``, attention_mask ``[B, P+R]``, rollout_log_probs ``[B, R]``
+            (0 where unknown), rm_scores ``[B, R]`` (the reward on the last response token), terminated ``[B]``
+            bool, next_row ``[B]`` long, where ``P = max_prompt_tokens`` and ``R = max_response_tokens``.
+        """
+        b = len(self.rows)
+        prompts = torch.full((b, max_prompt_tokens), pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros((b, max_prompt_tokens), dtype=torch.long)
+        responses = torch.full((b, max_response_tokens), pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros((b, max_response_tokens), dtype=torch.long)
+        logprobs = torch.zeros((b, max_response_tokens), dtype=torch.float32)
+        scores = torch.zeros((b, max_response_tokens), dtype=torch.float32)
+        for i, row in enumerate(self.rows):
+            p = row.prompt_ids[-max_prompt_tokens:]
+            if len(row.prompt_ids) > max_prompt_tokens:
+                raise ValueError(
+                    f"row {i} has a prompt of {len(row.prompt_ids)} tokens, over max_prompt_tokens={max_prompt_tokens}"
+                )
+            r = row.response_ids[:max_response_tokens]
+            if p:
+                prompts[i, max_prompt_tokens - len(p) :] = torch.tensor(p, dtype=torch.long)
+                prompt_mask[i, max_prompt_tokens - len(p) :] = 1
+            if r:
+                responses[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                response_mask[i, : len(r)] = 1
+                if row.response_logprobs is not None:
+                    lp = row.response_logprobs[: len(r)]
+                    logprobs[i, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+                scores[i, len(r) - 1] = float(row.reward)
+        return {
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
+            "rollout_log_probs": logprobs,
+            "rm_scores": scores,
+            "terminated": torch.tensor([r.terminated for r in self.rows], dtype=torch.bool),
+            "next_row": torch.tensor([r.next_row for r in self.rows], dtype=torch.long),
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """Rollout and episode statistics, namespaced ``env/`` and ``rollout/``."""
+        out: dict[str, float] = {}
+        rows = self.rows
+        if rows:
+            out["rollout/turns"] = float(len(rows))
+            out["rollout/valid_action_ratio"] = sum(r.action_valid for r in rows) / len(rows)
+            out["rollout/turn_reward_mean"] = sum(r.reward for r in rows) / len(rows)
+            plens = [len(r.prompt_ids) for r in rows]
+            rlens = [len(r.response_ids) for r in rows]
+            out["rollout/prompt_tokens_mean"] = sum(plens) / len(plens)
+            out["rollout/prompt_tokens_max"] = float(max(plens))
+            out["rollout/response_tokens_mean"] = sum(rlens) / len(rlens)
+            out["rollout/response_tokens_max"] = float(max(rlens))
+            out["rollout/env_errors"] = float(sum(r.env_error is not None for r in rows))
+            out["rollout/generation_failures"] = float(sum(r.generation_failed for r in rows))
+            out["rollout/generation_retries"] = float(self.generation_retries)
+        eps = self.episodes
+        out["env/episodes"] = float(len(eps))
+        if eps:
+            n = len(eps)
+            out["env/return_mean"] = sum(e.ret for e in eps) / n
+            out["env/length_mean"] = sum(e.length for e in eps) / n
+            out["env/success_rate"] = sum(e.success for e in eps) / n
+            out["env/progression_mean"] = sum(e.progression for e in eps) / n
+            out["env/valid_action_ratio"] = sum(e.valid_action_ratio for e in eps) / n
+            out["env/truncated_ratio"] = sum(e.truncated for e in eps) / n
+            out["env/prompt_tokens_mean"] = sum(e.prompt_tokens for e in eps) / n
+            out["env/response_tokens_mean"] = sum(e.response_tokens for e in eps) / n
+        return out

@@ -1,0 +1,215 @@
+"""Generation behind one small protocol: token ids in, token ids and log-probs out.
+
+- :class:`VerlServerGenerator`: verl's vLLM async rollout server (what the trainer uses); requests go through verl's
+  ``LLMServerClient.generate`` with sticky routing per request id, so an episode keeps its prefix cache.
+- :class:`VllmEngineGenerator`: a standalone ``vllm.LLM`` engine (evaluation without Ray).
+- :class:`TransformersGenerator`: plain transformers ``generate`` (a fallback; tests without Ray or vLLM).
+
+A generator returns one result per request, in order; a request that failed gives the exception instead of a
+:class:`Generation`, so the rollout manager can retry or truncate that slot without losing the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling settings of one rollout (training or validation).
+
+    Attributes:
+        temperature: softmax temperature (Verlog: 1.0 for training).
+        top_p: nucleus sampling mass (1.0 = off).
+        top_k: keep the k most likely tokens (-1 = off).
+        max_tokens: most tokens per response.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt to complete; ``request_id`` routes an episode's turns to the same server (prefix cache)."""
+
+    request_id: str
+    prompt_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The tokens a model wrote and their log-probabilities under the sampling policy (None when unknown)."""
+
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+
+
+GenerationResult = Generation | BaseException
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Anything that completes a batch of token prompts."""
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
+        """One :class:`Generation` (or the exception that stopped it) per request, in the order given."""
+        ...
+
+
+def run_coroutine(coro: Any) -> Any:
+    """Run ``coro`` to completion from synchronous code, also when an event loop already runs in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class VerlServerGenerator:
+    """Generation through verl's vLLM async server: ``llm_client.generate(request_id, prompt_ids, sampling_params)``.
+
+    Args:
+        llm_client: verl's ``LLMServerClient`` (the trainer's ``llm_server_manager.get_client()``).
+        timeout: seconds one request may take before it counts as failed.
+    """
+
+    def __init__(self, llm_client: Any, timeout: float | None = 600.0) -> None:
+        self.llm_client = llm_client
+        self.timeout = timeout
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
+        return run_coroutine(self._generate_all(list(requests), sampling))
+
+    async def _generate_all(
+        self, requests: list[GenerationRequest], sampling: SamplingConfig
+    ) -> list[GenerationResult]:
+        return await asyncio.gather(*(self._one(r, sampling) for r in requests), return_exceptions=True)
+
+    async def _one(self, request: GenerationRequest, sampling: SamplingConfig) -> Generation:
+        params = {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "repetition_penalty": 1.0,
+            "logprobs": True,
+            "max_tokens": sampling.max_tokens,
+        }
+        call = self.llm_client.generate(request.request_id, prompt_ids=list(request.prompt_ids), sampling_params=params)
+        output = await asyncio.wait_for(call, self.timeout) if self.timeout else await call
+        log_probs = list(output.log_probs) if output.log_probs is not None else None
+        return Generation(token_ids=list(output.token_ids), log_probs=log_probs)
+
+
+class TransformersGenerator:
+    """Generation with a transformers causal LM, one request at a time (slow; for tests and tiny models).
+
+    Args:
+        model: a ``PreTrainedModel`` (or a path to load with ``AutoModelForCausalLM``).
+        tokenizer: its tokenizer (for the end-of-sequence and padding ids).
+        seed: seeds torch's generator before each batch, for reproducible tests.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, seed: int | None = None) -> None:
+        if isinstance(model, str):
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(model)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.seed = seed
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
+        import torch
+
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
+        results: list[GenerationResult] = []
+        for request in requests:
+            try:
+                results.append(self._one(request, sampling))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    def _one(self, request: GenerationRequest, sampling: SamplingConfig) -> Generation:
+        import torch
+
+        input_ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.model.device)
+        do_sample = sampling.temperature > 0
+        kwargs: dict[str, Any] = {"do_sample": do_sample, "max_new_tokens": sampling.max_tokens}
+        if do_sample:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
+            kwargs["top_k"] = sampling.top_k if sampling.top_k > 0 else 0
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+                **kwargs,
+            )
+        tokens = out.sequences[0, input_ids.shape[1] :].tolist()
+        eos = self.tokenizer.eos_token_id
+        if eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+        temperature = sampling.temperature if do_sample else 1.0
+        log_probs = []
+        for step, token in enumerate(tokens):
+            logits = out.logits[step][0].float() / temperature
+            log_probs.append(float(torch.log_softmax(logits, dim=-1)[token]))
+        return Generation(token_ids=tokens, log_probs=log_probs)
+
+
+class VllmEngineGenerator:
+    """Generation with a standalone ``vllm.LLM`` engine (evaluation; on CPU call it under ``__main__``'s guard).
+
+    Args:
+        llm: a ``vllm.LLM``.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_tokens=sampling.max_tokens,
+            logprobs=0,
+        )
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        except Exception as exc:
+            return [exc for _ in requests]
+        results: list[GenerationResult] = []
+        for out in outputs:
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            log_probs = None
+            if completion.logprobs is not None:
+                log_probs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, tokens)]
+            results.append(Generation(token_ids=tokens, log_probs=log_probs))
+        return results

@@ -1,0 +1,9 @@
+"""verl integration: the only place in verlog that subclasses or calls verl's trainer and workers.
+
+- :mod:`verlog.trainer.config`: verlog's config -> verl's PPO config.
+- :mod:`verlog.trainer.agent_loop`: the rollout seam (verl's AgentLoopManager running verlog's RolloutManager).
+- :mod:`verlog.trainer.ppo`: VerlogPPOTrainer (verl's legacy RayPPOTrainer + values, dual GAE, checkpoints, metrics).
+- :mod:`verlog.trainer.runner`: ``train(cfg)``.
+
+Heavy modules (verl, Ray) load only when used.
+"""

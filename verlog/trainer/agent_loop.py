@@ -1,0 +1,80 @@
+"""verl's rollout seam: an AgentLoopManager that runs verlog's RolloutManager instead of agent-loop workers.
+
+verl's legacy trainer builds ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` in ``init_workers`` and
+calls its ``generate_sequences(batch)`` once per iteration. This subclass starts no agent-loop worker actors; the
+trainer attaches a :class:`~verlog.rollout.manager.RolloutManager` (generating through verl's vLLM server client,
+token in, token out), and ``generate_sequences`` returns its ``num_slots x turns_per_slot`` per-turn rows in the
+layout verl's PPO step expects.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from verl import DataProto
+from verl.experimental.agent_loop import AgentLoopManager
+from verl.utils.model import compute_position_id_with_mask
+
+from verlog.errors import VerlogError
+from verlog.rollout.batch import TurnBatch
+from verlog.rollout.manager import RolloutManager
+
+
+class VerlogAgentLoopManager(AgentLoopManager):
+    """Per-turn rows from verlog's rollout manager, in the shape of verl's agent-loop output."""
+
+    async def _init_agent_loop_workers(self) -> None:
+        self.agent_loop_workers = []  # generation goes straight to the vLLM servers through llm_client
+        self.rollout: RolloutManager | None = None
+        self.turns_per_slot = 0
+        self.last_batch: TurnBatch | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.bootstrap: dict[tuple[str, int], list[int]] = {}
+        self.iteration_log: list[dict[str, Any]] = []
+
+    def attach(self, rollout: RolloutManager, turns_per_slot: int) -> None:
+        """Give the manager the rollout it runs each iteration."""
+        self.rollout = rollout
+        self.turns_per_slot = turns_per_slot
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:  # type: ignore[override]
+        """One iteration of rollout: ``len(prompts)`` rows (the trainer's tick batch fixes the size)."""
+        if self.rollout is None:
+            raise VerlogError("VerlogAgentLoopManager has no rollout attached: the verlog trainer attaches one")
+        expected = self.rollout.num_slots * self.turns_per_slot
+        if len(prompts) != expected:
+            raise VerlogError(f"the trainer asked for {len(prompts)} rows, the rollout gives {expected}")
+        start_episodes = self.rollout.current_episodes()
+        t0 = time.perf_counter()
+        batch = self.rollout.collect(self.turns_per_slot)
+        elapsed = time.perf_counter() - t0
+        self.last_batch = batch
+        self.last_metrics = {**batch.metrics(), **self.rollout.last_timing}
+        self.iteration_log.append({"start_episodes": start_episodes, "rows": len(batch)})
+        self.bootstrap = {
+            (r.episode_id, r.turn_index): r.bootstrap_prompt_ids for r in batch.rows if r.bootstrap_prompt_ids
+        }
+        return self.to_dataproto(batch, elapsed)
+
+    def to_dataproto(self, batch: TurnBatch, elapsed: float = 0.0) -> DataProto:
+        """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row fields."""
+        rcfg = self.config.actor_rollout_ref.rollout
+        pad = self.rollout.tokenizer.pad_token_id
+        t = batch.to_tensors(pad, int(rcfg.prompt_length), int(rcfg.response_length))
+        tensors = {k: t[k] for k in ("prompts", "responses", "response_mask", "input_ids", "attention_mask")}
+        tensors["position_ids"] = compute_position_id_with_mask(t["attention_mask"])
+        tensors["rollout_log_probs"] = t["rollout_log_probs"]
+        tensors["rm_scores"] = t["rm_scores"]
+        rows = batch.rows
+        non_tensors = {
+            "episode_id": np.array([r.episode_id for r in rows], dtype=object),
+            "turn_index": np.array([r.turn_index for r in rows], dtype=np.int64),
+            "slot": np.array([r.slot for r in rows], dtype=np.int64),
+            "terminated": np.array([r.terminated for r in rows], dtype=bool),
+            "truncated": np.array([r.truncated for r in rows], dtype=bool),
+            "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
+        }
+        meta = {"timing": {"agent_loop/generate_sequences/mean": elapsed}, "reward_extra_keys": []}
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)

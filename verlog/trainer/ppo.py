@@ -1,0 +1,301 @@
+"""VerlogPPOTrainer: verl 0.9.1's legacy RayPPOTrainer with multi-turn per-turn rows and the dual-discount GAE.
+
+verl's ``fit()`` loop runs unchanged; verlog plugs into its seams:
+
+- ``_create_dataloader``: a *tick* data set of ``num_slots x turns_per_slot`` items per iteration (no prompt parquet):
+  the batch only fixes how many rows the rollout returns;
+- the rollout: :class:`~verlog.trainer.agent_loop.VerlogAgentLoopManager` (``generate_sequences``) runs the
+  :class:`~verlog.rollout.manager.RolloutManager`, generating through verl's vLLM servers;
+- ``_compute_values``: the critic's values of the rows, plus ``V(s_{t+1})`` of the bootstrap prompts (a second critic
+  call on prompt-only rows, padded to the number of ranks) as ``next_values``;
+- the advantage: ``verl.trainer.ppo.ray_trainer.compute_advantage`` (looked up at call time in ``fit``) is replaced
+  during ``fit`` by :meth:`VerlogPPOTrainer.compute_advantage`: dual-discount GAE over the rows, linked by (episode
+  id, turn index) whatever order verl's balancing left, then masked whitening;
+- the critic loss: verlog's clipped value loss with the first position weighted (``set_loss_fn``);
+- checkpoints: verl's, plus every slot's env state and memory (``verlog_rollout.pkl``);
+- metrics: env and rollout stats, advantage stats, progress and ETA go to verl's tracking backends and to
+  ``<output_dir>/metrics.jsonl``.
+
+KL in reward, critic warm-up, the once-per-iteration weight sync and checkpoint/resume are verl's own mechanisms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, SequentialSampler
+from verl import DataProto
+from verl.protocol import pad_dataproto_to_divisor
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils.model import compute_position_id_with_mask
+
+from verlog.advantage import dual_discount_gae, masked_whiten
+from verlog.errors import VerlogError
+from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
+from verlog.rollout.manager import RolloutManager, make_env_pool
+
+ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
+
+
+class TickDataset(Dataset):
+    """``length`` items ``{"tick": i}``: one per row of rollout; it sizes verl's batches, nothing more."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"tick": index}
+
+
+def tick_collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"tick": torch.tensor([item["tick"] for item in items], dtype=torch.long)}
+
+
+class VerlogPPOTrainer(RayPPOTrainer):
+    """verl's PPO trainer driving verlog's multi-turn rollout (see the module docstring for the seams)."""
+
+    def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
+        rows = int(self.config.data.train_batch_size)
+        iterations = int(self.config.trainer.total_training_steps)
+        train = TickDataset(rows * iterations)
+        super()._create_dataloader(train, TickDataset(rows), tick_collate, SequentialSampler(train))
+
+    @property
+    def verlog(self) -> Any:
+        return self.config.verlog
+
+    # ------------------------------------------------------------------------------------------ workers
+    def init_workers(self) -> None:
+        super().init_workers()
+        alg = self.verlog.algorithm
+        if self.use_critic and float(alg.first_position_weight) != 1.0:
+            from verl.utils.config import omega_conf_to_dataclass
+
+            from verlog.trainer.losses import critic_loss
+
+            critic_cfg = omega_conf_to_dataclass(self.config.critic)
+            self.critic_wg.set_loss_fn(
+                partial(critic_loss, config=critic_cfg, first_position_weight=float(alg.first_position_weight))
+            )
+        self.rollout = self._build_rollout()
+        self.async_rollout_manager.attach(self.rollout, int(self.verlog.rollout.turns_per_slot))
+
+    def _build_rollout(self) -> RolloutManager:
+        from verlog.memory import SlidingMemory
+
+        v = self.verlog
+        env = v.env
+        pool = make_env_pool(
+            str(env.id),
+            int(v.rollout.num_slots),
+            env_kwargs=dict(env.kwargs or {}),
+            in_process=bool(env.in_process),
+            num_workers=env.num_workers,
+            seed=int(v.seed),
+        )
+        sampling = SamplingConfig(
+            temperature=float(v.sampling.temperature),
+            top_p=float(v.sampling.top_p),
+            top_k=int(v.sampling.top_k),
+            max_tokens=int(v.rollout.max_response_tokens),
+        )
+        memory = v.memory
+        return RolloutManager(
+            pool,
+            self.tokenizer,
+            VerlServerGenerator(self.async_rollout_manager.llm_client),
+            sampling,
+            max_prompt_tokens=int(v.rollout.max_prompt_tokens),
+            memory_factory=lambda: SlidingMemory(
+                n=int(memory.n), keep_reasoning_turns=int(memory.keep_reasoning_turns)
+            ),
+            seed=int(v.seed),
+            run_id=str(v.run_name),
+            generation_retries=int(v.rollout.generation_retries),
+        )
+
+    def _world_size(self) -> int:
+        return int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes)
+
+    # ------------------------------------------------------------------------------------------ values
+    def _compute_values(self, batch: DataProto) -> DataProto:
+        values = super()._compute_values(batch)
+        boot_map = self.async_rollout_manager.bootstrap
+        keys = list(zip(batch.non_tensor_batch["episode_id"], batch.non_tensor_batch["turn_index"]))
+        need = [i for i, (e, t) in enumerate(keys) if (e, int(t)) in boot_map]
+        next_values = torch.zeros(len(batch), dtype=torch.float32)
+        if need:
+            prompts = [boot_map[(keys[i][0], int(keys[i][1]))] for i in need]
+            boot = self._prompt_only_rows(prompts, batch.meta_info)
+            padded, _ = pad_dataproto_to_divisor(boot, self._world_size())
+            out = super()._compute_values(padded)
+            next_values[need] = out.batch["values"][: len(need), 0].float()
+        values.batch["next_values"] = next_values
+        return values
+
+    def _prompt_only_rows(self, prompts: list[list[int]], meta_info: dict[str, Any]) -> DataProto:
+        """Rows of a prompt and one pad token (attended, outside the response mask): ``values[:, 0]`` is V(prompt)."""
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        k = len(prompts)
+        ids = torch.full((k, width), pad, dtype=torch.long)
+        mask = torch.zeros((k, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        responses = torch.full((k, 1), pad, dtype=torch.long)
+        attention = torch.cat([mask, torch.ones((k, 1), dtype=torch.long)], dim=1)
+        tensors = {
+            "prompts": ids,
+            "responses": responses,
+            "response_mask": torch.zeros((k, 1), dtype=torch.long),
+            "input_ids": torch.cat([ids, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": compute_position_id_with_mask(attention),
+        }
+        return DataProto.from_dict(tensors=tensors, meta_info=dict(meta_info))
+
+    # ------------------------------------------------------------------------------------------ advantage
+    def compute_advantage(self, data: DataProto, *args: Any, **kwargs: Any) -> DataProto:
+        """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``)."""
+        alg = self.verlog.algorithm
+        nt = data.non_tensor_batch
+        keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
+        position = {key: i for i, key in enumerate(keys)}
+        ended = np.logical_or(nt["terminated"], nt["truncated"])
+        next_row = [-1 if ended[i] else position.get((e, t + 1), -1) for i, (e, t) in enumerate(keys)]
+        mask = data.batch["response_mask"]
+        next_values = data.batch["next_values"] if "next_values" in data.batch.keys() else torch.zeros(len(data))
+        advantages, returns = dual_discount_gae(
+            data.batch["token_level_rewards"],
+            data.batch["values"],
+            mask,
+            next_row,
+            next_values,
+            torch.as_tensor(nt["terminated"].astype(bool)),
+            token_gamma=float(alg.token_gamma),
+            token_lam=float(alg.token_lam),
+            step_gamma=float(alg.step_gamma),
+            step_lam=float(alg.step_lam),
+        )
+        raw = advantages
+        if bool(alg.whiten_advantages):
+            advantages = masked_whiten(advantages, mask)
+        data.batch["advantages"] = advantages
+        data.batch["returns"] = returns
+        m = mask.bool()
+        self._adv_metrics = {
+            "adv/raw_mean": float(raw[m].mean()),
+            "adv/raw_std": float(raw[m].std()) if int(m.sum()) > 1 else 0.0,
+            "adv/linked_rows": float(sum(r >= 0 for r in next_row)),
+            "adv/bootstrap_rows": float(sum(1 for i, r in enumerate(next_row) if r < 0 and not nt["terminated"][i])),
+            "adv/next_value_mean": float(next_values.float().mean()),
+        }
+        return data
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def _step_folder(self) -> str:
+        return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        with open(os.path.join(self._step_folder(), ROLLOUT_STATE_FILE), "wb") as f:
+            pickle.dump(self.rollout.state_dict(), f)
+
+    def _load_checkpoint(self) -> Any:
+        result = super()._load_checkpoint()
+        if self.global_steps > 0:
+            if self.config.trainer.resume_mode == "resume_path":
+                folder = str(self.config.trainer.resume_from_path)
+            else:
+                folder = self._step_folder()
+            path = os.path.join(folder, ROLLOUT_STATE_FILE)
+            if not os.path.exists(path):
+                raise VerlogError(
+                    f"checkpoint {folder} has no {ROLLOUT_STATE_FILE} (the env slots' state): it was not written by "
+                    "verlog's trainer; resume from another checkpoint or set checkpoint.resume=disable"
+                )
+            with open(path, "rb") as f:
+                self.rollout.load_state_dict(pickle.load(f))
+            print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
+        return result
+
+    # ------------------------------------------------------------------------------------------ fit
+    def fit(self) -> None:
+        """verl's PPO loop with verlog's advantage and metrics patched in for its duration."""
+        import verl.utils.tracking as tracking
+
+        original_adv, original_tracking = ray_trainer.compute_advantage, tracking.Tracking
+        ray_trainer.compute_advantage = self.compute_advantage
+        tracking.Tracking = _tracking_with(original_tracking, self)
+        self._fit_start = time.time()
+        self._first_step: int | None = None
+        try:
+            super().fit()
+        finally:
+            ray_trainer.compute_advantage = original_adv
+            tracking.Tracking = original_tracking
+
+    def extra_metrics(self, step: int) -> dict[str, float]:
+        """verlog's metrics for the step being logged, and a progress line on stdout."""
+        metrics: dict[str, float] = {}
+        metrics.update(getattr(self.async_rollout_manager, "last_metrics", {}))
+        metrics.update(getattr(self, "_adv_metrics", {}))
+        if self._first_step is None:
+            self._first_step = step
+        done = step - self._first_step + 1
+        elapsed = time.time() - self._fit_start
+        remaining = max(self.total_training_steps - step, 0)
+        eta = elapsed / done * remaining
+        metrics["progress/iteration"] = float(step)
+        metrics["progress/eta_s"] = eta
+        print(
+            f"[verlog] iteration {step}/{self.total_training_steps} done, {elapsed:.0f} s elapsed, ETA {eta:.0f} s",
+            flush=True,
+        )
+        return metrics
+
+    def log_jsonl(self, data: dict[str, Any], step: int) -> None:
+        out = str(self.verlog.output_dir)
+        os.makedirs(out, exist_ok=True)
+        record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
+        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+        log = self.async_rollout_manager.iteration_log
+        if log:
+            with open(os.path.join(out, "rollout.jsonl"), "a") as f:
+                f.write(json.dumps({"step": step, **log[-1]}) + "\n")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.item() if v.numel() == 1 else v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def _tracking_with(base: type, trainer: VerlogPPOTrainer) -> type:
+    """verl's Tracking class with verlog's metrics merged into every training log."""
+
+    class VerlogTracking(base):  # type: ignore[misc, valid-type]
+        def log(self, data: dict[str, Any], step: int, *args: Any, **kwargs: Any) -> Any:
+            if "training/global_step" in data:
+                data = {**data, **trainer.extra_metrics(step)}
+                trainer.log_jsonl(data, step)
+            return super().log(data, step, *args, **kwargs)
+
+    return VerlogTracking

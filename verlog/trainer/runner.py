@@ -1,0 +1,123 @@
+"""Running a verlog training job: platform, model, Ray, verl's workers, the PPO loop.
+
+The trainer runs in the calling process (the Ray driver); verl's FSDP actor/critic workers and vLLM servers run as
+Ray actors. :func:`train` is what ``verlog train`` and ``python -m verlog.train`` call.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def prepare_model(cfg: DictConfig) -> str:
+    """The model folder; built with ``verlog.testing.build_tiny_model`` when it is missing and ``build_tiny`` is set."""
+    path = str(cfg.model.path)
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
+        return path
+    if cfg.model.get("build_tiny", False):
+        from verlog.testing import build_tiny_model
+
+        print(f"[verlog] building a tiny model at {path}", flush=True)
+        build_tiny_model(path, **dict(cfg.model.get("tiny") or {}))
+        return path
+    if path.startswith((".", "/")):
+        raise FileNotFoundError(f"model.path {path!r} does not exist; give a model folder or a Hugging Face id")
+    return path
+
+
+def _platform_env(cfg: DictConfig) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if bool(cfg.hardware.cpu):
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.hardware.vllm_kv_cache_gib)
+        from verlog.platform import enable_cpu_platform
+
+        enable_cpu_platform(force=True)
+
+
+def _init_ray(cfg: DictConfig, verl_cfg: DictConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(verl_cfg)), resolve=True)
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    for key in ("VERL_USE_EXTERNAL_MODULES", "VERLOG_PLATFORM", "VERL_ENGINE_DEVICE", "VLLM_CPU_KVCACHE_SPACE"):
+        if key in os.environ:
+            env_vars[key] = os.environ[key]
+    runtime_env["env_vars"] = env_vars
+    hw = cfg.hardware
+    kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
+    if hw.ray.num_cpus:
+        kwargs["num_cpus"] = int(hw.ray.num_cpus)
+    if hw.ray.object_store_memory:
+        kwargs["object_store_memory"] = int(hw.ray.object_store_memory)
+    if hw.ray.temp_dir:
+        kwargs["_temp_dir"] = str(hw.ray.temp_dir)
+    if bool(hw.cpu):  # logical GPUs: one per CPU rank, so verl's placement groups work unchanged
+        kwargs["num_gpus"] = int(hw.n_gpus_per_node)
+    ray.init(**kwargs)
+
+
+def build_trainer(verl_cfg: DictConfig) -> Any:
+    """verl's workers and resource pools for ``verl_cfg``, and a :class:`VerlogPPOTrainer` over them."""
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.workers.config import HFModelConfig
+
+    from verlog.trainer.ppo import VerlogPPOTrainer
+
+    runner = BaseTaskRunner()
+    _, worker_group_cls = runner.add_actor_rollout_worker(verl_cfg)
+    runner.add_critic_worker(verl_cfg)
+    runner.add_reward_model_resource_pool(verl_cfg)
+    runner.add_teacher_model_resource_pool(verl_cfg)
+    validate_config(
+        config=verl_cfg, use_reference_policy=need_reference_policy(verl_cfg), use_critic=need_critic(verl_cfg)
+    )
+    model_config: HFModelConfig = omega_conf_to_dataclass(verl_cfg.actor_rollout_ref.model)
+    return VerlogPPOTrainer(
+        config=verl_cfg,
+        tokenizer=model_config.tokenizer,
+        processor=model_config.processor,
+        role_worker_mapping=runner.role_worker_mapping,
+        resource_pool_manager=runner.init_resource_pool_mgr(verl_cfg),
+        ray_worker_group_cls=worker_group_cls,
+    )
+
+
+def train(cfg: DictConfig) -> Path:
+    """Train with verlog's config ``cfg``; returns the output folder (checkpoints, metrics.jsonl, config.yaml)."""
+    from verlog.trainer.config import build_verl_config
+
+    out = Path(str(cfg.output_dir)).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    with_abs = OmegaConf.merge(cfg, {"output_dir": str(out)})
+    _platform_env(with_abs)
+    prepare_model(with_abs)
+    verl_cfg = build_verl_config(with_abs)
+    OmegaConf.resolve(verl_cfg)
+    OmegaConf.save(with_abs, out / "config.yaml", resolve=True)
+    OmegaConf.save(verl_cfg, out / "verl_config.yaml")
+    _init_ray(with_abs, verl_cfg)
+    import ray
+
+    trainer = None
+    try:
+        trainer = build_trainer(verl_cfg)
+        trainer.init_workers()
+        trainer.fit()
+    finally:
+        rollout = getattr(trainer, "rollout", None)
+        if rollout is not None:
+            rollout.pool.close()
+        ray.shutdown()
+    print(f"[verlog] outputs in {out}: checkpoints/, metrics.jsonl, rollout.jsonl, config.yaml", flush=True)
+    return out
