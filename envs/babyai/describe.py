@@ -78,27 +78,27 @@ def describe(image: np.ndarray, carrying: object | None = None) -> str:
 
 def describe_lines(image: np.ndarray, carrying: object | None = None) -> list[str]:
     """The lines of :func:`describe`, in order (carried object, walls forward/left/right, objects)."""
-    types = image[:, :, 0]
+    cells = image.tolist()  # nested lists [x][y] -> [type, colour, state]; plain Python is faster on 49 cells
     lines: list[str] = []
     if carrying is not None:
         lines.append(f"You carry a {carrying.color} {carrying.type}")  # type: ignore[attr-defined]
-    for word, cells in _SCANS:
-        for k, (x, y) in enumerate(cells, start=1):
-            t = types[x, y]
+    for word, scan in _SCANS:
+        for k, (x, y) in enumerate(scan, start=1):
+            t = cells[x][y][0]
             if t == _UNSEEN or t == _EMPTY:
                 continue
             if t == _WALL:
                 lines.append(f"a wall {steps(k)} {word}")
             break
-    objects = (types != _UNSEEN) & (types != _EMPTY) & (types != _WALL)
-    objects[_AGENT_X, _AGENT_Y] = False
-    for x, y in zip(*np.nonzero(objects)):  # row-major over [x][y]: x ascending, then y ascending
-        t, c, s = (int(v) for v in image[x, y])
-        if t == _DOOR:
-            head = f"a {_DOOR_STATES[s]} {IDX_TO_COLOR[c]} door "
-        else:
-            head = f"a {IDX_TO_COLOR[c]} {IDX_TO_OBJECT[t]} "
-        lines.append(head + _distance_phrase(int(x) - _AGENT_X, _AGENT_Y - int(y)))
+    for x, column in enumerate(cells):  # x ascending, then y ascending (farthest first)
+        for y, (t, c, s) in enumerate(column):
+            if t == _UNSEEN or t == _EMPTY or t == _WALL or (x == _AGENT_X and y == _AGENT_Y):
+                continue
+            if t == _DOOR:
+                head = f"a {_DOOR_STATES[s]} {IDX_TO_COLOR[c]} door "
+            else:
+                head = f"a {IDX_TO_COLOR[c]} {IDX_TO_OBJECT[t]} "
+            lines.append(head + _distance_phrase(x - _AGENT_X, _AGENT_Y - y))
     return lines
 
 

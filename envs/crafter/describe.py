@@ -117,12 +117,11 @@ def describe_long_term(
         facing_line = "You face nothing at your front."
 
     nearest: dict[str, tuple[int, int, int]] = {}  # name -> (distance, dx, dy), in first-met order
-    for x in range(width):
-        column = window[x]
-        for y in range(height):
+    for x, column in enumerate(window.tolist()):
+        for y, sem_id in enumerate(column):
             if x == cx and y == cy:
                 continue
-            name = SEMANTIC_NAMES.get(int(column[y]))
+            name = SEMANTIC_NAMES.get(sem_id)
             if name is None:
                 continue
             dx, dy = x - cx, y - cy
