@@ -442,3 +442,38 @@ def _aggregate(
             global_batch_size = nonempty.sum()
         return (per_row * nonempty).sum() / global_batch_size * dp_size
     raise AdvantageInputError(f"loss_agg_mode {mode!r} is not one of {', '.join(LOSS_AGG_MODES)}")
+
+
+def advantage_metrics(
+    advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Diagnostics over response tokens (docs/algorithms.md, "Metrics"); pass raw (not whitened) advantages.
+
+    All inputs ``[B, R]``. ``critic/vf_explained_var`` is ``1 - Var(returns - values) / Var(returns)``.
+    """
+    if not (advantages.shape == returns.shape == values.shape == response_mask.shape) or advantages.dim() != 2:
+        raise AdvantageInputError(
+            "advantages, returns, values and response_mask must share one [B, R] shape, got "
+            f"{list(advantages.shape)}, {list(returns.shape)}, {list(values.shape)}, {list(response_mask.shape)}"
+        )
+    mask, _ = _check_mask(response_mask.to(advantages.device), advantages.shape)
+    if not bool(mask.any()):
+        raise AdvantageInputError("advantage_metrics needs at least one response token in the mask")
+    adv = advantages.float()[mask]
+    ret = returns.float()[mask]
+    val = values.float()[mask]
+    first = mask.to(torch.int8).argmax(1)
+    rows = mask.any(1)
+    turn_adv = advantages.float().gather(1, first[:, None]).squeeze(1)[rows]
+    ret_var = ret.var(unbiased=False)
+    explained = 1.0 - (ret - val).var(unbiased=False) / ret_var.clamp(min=1e-8)
+    return {
+        "adv/mean": float(adv.mean()),
+        "adv/std": float(adv.std(unbiased=False)),
+        "adv/max": float(adv.max()),
+        "adv/min": float(adv.min()),
+        "adv/turn_mean": float(turn_adv.mean()),
+        "critic/returns/mean": float(ret.mean()),
+        "critic/values/mean": float(val.mean()),
+        "critic/vf_explained_var": float(explained),
+    }

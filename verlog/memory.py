@@ -17,6 +17,7 @@ the current observation or the generation prompt.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -302,3 +303,16 @@ class SlidingMemory:
             f"max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now {self.n}) "
             "does not help, the instruction and current observation are never cut"
         )
+
+
+def prompt_metrics(prompts: Sequence[BuiltPrompt]) -> dict[str, float]:
+    """Prompt-size diagnostics over a batch's prompts (docs/algorithms.md, "Metrics")."""
+    if not prompts:
+        return {}
+    sizes = [p.num_tokens for p in prompts]
+    return {
+        "rollout/prompt_tokens/mean": sum(sizes) / len(sizes),
+        "rollout/prompt_tokens/max": float(max(sizes)),
+        "rollout/memory_turns_kept/mean": sum(p.turns_kept for p in prompts) / len(prompts),
+        "rollout/prompt_truncated_frac": sum(p.truncated_observation for p in prompts) / len(prompts),
+    }

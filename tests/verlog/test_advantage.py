@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verlog.advantage import dual_discount_gae, masked_whiten, value_loss, value_loss_weights
+from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, value_loss, value_loss_weights
 from verlog.errors import AdvantageInputError
 
 VERLOG = {"token_gamma": 1.0, "token_lam": 1.0, "step_gamma": 0.9, "step_lam": 0.5}
@@ -443,3 +443,17 @@ def test_value_loss_clips_and_rejects_bad_mode():
     torch.testing.assert_close(clipfrac, torch.tensor(0.5))
     with pytest.raises(AdvantageInputError, match="loss_agg_mode 'mean'"):
         value_loss(v, old, ret, torch.ones(1, 2), cliprange_value=0.5, loss_agg_mode="mean")
+
+
+def test_advantage_metrics():
+    adv = torch.tensor([[1.0, 3.0, 0.0], [-2.0, 0.0, 0.0]])
+    values = torch.tensor([[0.0, 1.0, 9.0], [1.0, 9.0, 9.0]])
+    returns = adv + values
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    m = advantage_metrics(adv, returns, values, mask)
+    assert m["adv/mean"] == pytest.approx(2.0 / 3) and m["adv/max"] == 3.0 and m["adv/min"] == -2.0
+    assert m["adv/turn_mean"] == pytest.approx(-0.5)  # first tokens: 1 and -2
+    assert m["critic/values/mean"] == pytest.approx(2.0 / 3)
+    assert advantage_metrics(adv, values, values, mask)["critic/vf_explained_var"] == pytest.approx(1.0)
+    with pytest.raises(AdvantageInputError, match="at least one response token"):
+        advantage_metrics(adv, returns, values, torch.zeros_like(mask))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from verlog.errors import MemoryUsageError, PromptTooLongError
-from verlog.memory import COT_FORMAT_INSTRUCTION, PromptTemplate, SlidingMemory
+from verlog.memory import COT_FORMAT_INSTRUCTION, PromptTemplate, SlidingMemory, prompt_metrics
 
 INSTRUCTION = "You are an agent playing a simple navigation game. Your goal is to go to the red ball."
 FMT = "\n\n" + COT_FORMAT_INSTRUCTION
@@ -250,3 +250,15 @@ def test_state_into_smaller_memory_keeps_newest_turns_and_rejects_garbage():
         smaller.load_state_dict({"format": "other"})
     with pytest.raises(ValueError, match="malformed"):
         smaller.load_state_dict({"format": "verlog.memory/1", "history": [{}]})
+
+
+def test_prompt_metrics(tokenizer):
+    memory = SlidingMemory(n=2)
+    play(memory, 3)
+    full = memory.build_prompt(tokenizer)
+    cut = memory.build_prompt(tokenizer, max_prompt_tokens=full.num_tokens - 1)
+    metrics = prompt_metrics([full, cut])
+    assert metrics["rollout/prompt_tokens/max"] == full.num_tokens
+    assert metrics["rollout/memory_turns_kept/mean"] == (full.turns_kept + cut.turns_kept) / 2 == 1.5
+    assert metrics["rollout/prompt_truncated_frac"] == 0.0
+    assert prompt_metrics([]) == {}
