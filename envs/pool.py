@@ -36,7 +36,7 @@ import signal
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -349,8 +349,8 @@ class EnvPool:
             mode a factory must be importable by module path (a module-level function or class, not a lambda);
             ids are resolved here (unknown ids fail at once) and their factory is sent to the workers.
         num_envs: number of slots when ``env_ids_or_factories`` is a single id or factory.
-        num_workers: worker processes; default ``min(num_envs, os.cpu_count())``. Slots are split into contiguous
-            blocks, one block per worker.
+        num_workers: worker processes; default ``min(num_envs, os.cpu_count())`` (1 in-process). Slots are split into
+            contiguous blocks, one block per worker.
         env_kwargs: keyword arguments for every env (a dict), or one dict per slot.
         step_timeout: seconds one env call (a step, a reset, one replayed step) may run before its worker is
             declared hung and replaced; None waits forever.
@@ -377,7 +377,7 @@ class EnvPool:
         n = len(specs)
         kwargs_list = self._slot_kwargs(env_kwargs, n)
         if num_workers is None:
-            num_workers = min(n, os.cpu_count() or 1)
+            num_workers = 1 if in_process else min(n, os.cpu_count() or 1)
         if not 1 <= num_workers <= n:
             raise ValueError(f"num_workers must be between 1 and the number of envs ({n}), got {num_workers}")
         if step_timeout is not None and step_timeout <= 0:
@@ -401,6 +401,9 @@ class EnvPool:
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
         self._closed = False
         self._needs_reset = True
+        self._stale: set[int] = set()  # workers whose envs may be ahead of the parent's records (interrupted call)
+        self.stats = {"worker_restarts": 0, "env_errors": 0}
+        """Counters since construction: worker processes replaced, episodes cut by an env fault."""
         try:
             for w in range(num_workers):
                 self._workers.append(self._new_worker(w))
@@ -529,6 +532,7 @@ class EnvPool:
         """
         lost: dict[int, tuple[str, Any, dict]] = {}
         skip = dict(skip)
+        self.stats["worker_restarts"] += 1
         for _ in range(len(self._workers[w].slots) + _MAX_ATTEMPTS):
             self._workers[w].stop(grace=0.2)
             self._workers[w] = self._new_worker(w)
@@ -561,6 +565,22 @@ class EnvPool:
     def _check_open(self) -> None:
         if self._closed:
             raise EnvStateError("this EnvPool is closed; create a new one")
+        while self._stale:  # a call was interrupted (e.g. Ctrl-C): rebuild those workers from the records
+            w = min(self._stale)
+            for i, (_, obs, info) in self._restart(w, {}).items():
+                self._slots[i].start_episode(self._slots[i].next_seed, None, obs, info)
+                self._slots[i].draw_seed()
+            self._stale.discard(w)
+
+    @contextlib.contextmanager
+    def _undo_on_interrupt(self) -> Iterator[None]:
+        """If the block does not finish (Ctrl-C, a fatal error), the next call rebuilds every worker by replay,
+        so the envs go back to what the parent recorded: the interrupted call is undone."""
+        try:
+            yield
+        except BaseException:
+            self._stale.update(range(len(self._workers)))
+            raise
 
     def reset(
         self,
@@ -598,17 +618,18 @@ class EnvPool:
             w: [(i, seed_list[i], option_list[i]) for i in self._workers[w].slots] for w in range(self.num_workers)
         }
         results: dict[int, tuple[TextObservation, dict[str, Any]]] = {}
-        for w, reply in self._exchange(range(self.num_workers), "reset", payloads).items():
-            if isinstance(reply, _Failure):  # the worker died or hung: replace it and try once more
-                self._restart(w, {i: reply.reason for i in self._workers[w].slots})
-                reply = self._exchange([w], "reset", payloads)[w]
-                if isinstance(reply, _Failure):
-                    raise EnvPoolError(f"reset failed twice in worker {w}: {reply.reason} (slot {reply.culprit})")
-            for i, result in zip(self._workers[w].slots, reply):
-                if result[0] != "ok":
-                    raise EnvPoolError(f"reset of slot {i} failed (also after rebuilding its env):\n{result[1]}")
-                self._slots[i].start_episode(seed_list[i], option_list[i], result[1], result[2])
-                results[i] = (result[1], result[2])
+        with self._undo_on_interrupt():
+            for w, reply in self._exchange(range(self.num_workers), "reset", payloads).items():
+                if isinstance(reply, _Failure):  # the worker died or hung: replace it and try once more
+                    self._restart(w, {i: reply.reason for i in self._workers[w].slots})
+                    reply = self._exchange([w], "reset", payloads)[w]
+                    if isinstance(reply, _Failure):
+                        raise EnvPoolError(f"reset failed twice in worker {w}: {reply.reason} (slot {reply.culprit})")
+                for i, result in zip(self._workers[w].slots, reply):
+                    if result[0] != "ok":
+                        raise EnvPoolError(f"reset of slot {i} failed (also after rebuilding its env):\n{result[1]}")
+                    self._slots[i].start_episode(seed_list[i], option_list[i], result[1], result[2])
+                    results[i] = (result[1], result[2])
         self._needs_reset = False
         return [results[i] for i in range(n)]
 
@@ -633,8 +654,9 @@ class EnvPool:
             for w in range(self.num_workers)
         }
         results: dict[int, StepResult] = {}
-        for w, reply in self._exchange(range(self.num_workers), "step", payloads).items():
-            self._finish_step(w, payloads[w], reply, results)
+        with self._undo_on_interrupt():
+            for w, reply in self._exchange(range(self.num_workers), "step", payloads).items():
+                self._finish_step(w, payloads[w], reply, results)
         return [results[i] for i in range(self.num_envs)]
 
     def _finish_step(self, w: int, items: list[tuple], reply: Any, results: dict[int, StepResult]) -> None:
@@ -686,6 +708,7 @@ class EnvPool:
     def _error_result(self, i: int, action: str, error: str, obs: Any, info: dict[str, Any]) -> StepResult:
         """The step result of a slot whose episode was cut by a fault; ``obs``/``info`` start its next episode."""
         slot = self._slots[i]
+        self.stats["env_errors"] += 1
         final_info = {
             "env_error": error,
             "action": None,
@@ -708,10 +731,13 @@ class EnvPool:
                 raise IndexError(f"slot {i} is out of range for a pool of {self.num_envs} envs")
             by_worker.setdefault(self._slots[i].worker, []).append((i, *args))
         out: dict[int, Any] = {}
-        for w, reply in self._exchange(list(by_worker), cmd, by_worker).items():
+        with self._undo_on_interrupt():
+            replies = self._exchange(list(by_worker), cmd, by_worker)
+        for w, reply in replies.items():
             if isinstance(reply, _Failure):
-                self._restart(w, {})
-                raise EnvPoolError(f"worker {w} failed during {cmd}: {reply.reason}; it was restarted, try again")
+                self._stale.add(w)  # rebuilt from the records on the next call
+                raise EnvPoolError(f"worker {w} failed during {cmd}: {reply.reason}; it will be restarted, try again")
+        for w, reply in replies.items():
             for (i, *_), result in zip(by_worker[w], reply):
                 if result[0] != "ok":
                     raise EnvPoolError(f"{cmd} failed for slot {i}:\n{result[1]}")

@@ -109,6 +109,7 @@ def test_autoreset_keeps_final_observation_and_seeds_next_episode() -> None:
 
 def test_injected_crash_ends_only_that_episode(faulty_pool: EnvPool) -> None:
     _check_fault(faulty_pool, fault="crash", slot=1, error_text="RuntimeError: injected crash")
+    assert faulty_pool.stats == {"worker_restarts": 0, "env_errors": 1}
 
 
 def test_injected_exit_restarts_worker_and_neighbours_continue(faulty_pool: EnvPool) -> None:
@@ -195,6 +196,20 @@ def test_env_that_cannot_be_replayed_loses_its_episode_only() -> None:
         assert "not deterministic" in got[1][4]["env_error"] and got[1][3] is True
         assert got[0][0] == want[0][0] and got[2][0] == want[2][0]
         assert "env_error" not in got[0][4] and "env_error" not in got[2][4]
+
+
+def test_interrupted_step_is_undone_on_the_next_call() -> None:
+    pool = EnvPool("test/faulty", num_envs=3, in_process=True)
+    ref = EnvPool("test/corridor", num_envs=3, in_process=True)
+    with pool, ref:
+        assert _texts_reset(pool.reset(seeds=9)) == _texts_reset(ref.reset(seeds=9))
+        for step in range(3):
+            assert _texts(pool.step(_walk(step, 3))) == _texts(ref.step(_walk(step, 3)))
+        with pytest.raises(KeyboardInterrupt):
+            pool.step(["right", "interrupt", "right"])  # slot 0 has stepped when slot 1 is interrupted
+        for step in range(3, 8):
+            assert _texts(pool.step(_walk(step, 3))) == _texts(ref.step(_walk(step, 3)))
+        assert pool.stats == {"worker_restarts": 1, "env_errors": 0}
 
 
 def test_slot_states_restore_in_new_processes() -> None:
