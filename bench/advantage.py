@@ -19,13 +19,19 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from verlog.advantage import dual_discount_gae, masked_whiten
 from verlog.memory import SlidingMemory
+
+# Running ``python bench/advantage.py`` puts bench/ first on sys.path, where bench/envs.py would shadow the envs
+# package: drop it.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 DISCOUNTS = {"token_gamma": 1.0, "token_lam": 1.0, "step_gamma": 0.99, "step_lam": 0.95}
 
@@ -153,7 +159,6 @@ def bench_gae(rows: int, width: int, turns: int, device: str, repeats: int, loop
 def _test_reference():
     """``reference_gae`` from tests/verlog/test_advantage.py (loaded by path), or None outside a checkout."""
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "tests" / "verlog" / "test_advantage.py"
     if not path.exists():

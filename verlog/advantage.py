@@ -131,15 +131,15 @@ def dual_discount_gae(
     incoming = _solve_linked_rows(head.double(), row_coef.to(device), rows.next_row, linked).to(torch.float32)
     deltas_t[last_pos, token_rows] += step_gl * incoming[token_rows]
 
-    # One reverse pass over token positions: A[j] = delta[j] + f[j] * A[next j] (f = 1 on holes in the mask).
-    adv_t = torch.empty_like(deltas_t)
+    # One reverse pass over token positions, in place: A[j] = delta[j] + f[j] * A[next j] (f = 1 on mask holes).
+    adv_t = deltas_t
     carry = torch.zeros(batch, dtype=torch.float32, device=device)
     if factors_t is None:
         for j in range(width - 1, -1, -1):
-            carry = torch.add(deltas_t[j], carry, alpha=token_gl, out=adv_t[j])
+            carry = torch.add(adv_t[j], carry, alpha=token_gl, out=adv_t[j])
     else:
         for j in range(width - 1, -1, -1):
-            carry = torch.addcmul(deltas_t[j], factors_t[j], carry, out=adv_t[j])
+            carry = torch.addcmul(adv_t[j], factors_t[j], carry, out=adv_t[j])
     advantages = adv_t.t().contiguous()
     if factors_t is not None:
         advantages.mul_(maskf)  # holes carried the advantage through
