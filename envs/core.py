@@ -124,6 +124,8 @@ class TextEnv(gym.Env):
         format_penalty: on an invalid answer the step reward is replaced by ``-format_penalty`` (Verlog's shaping);
             0 keeps the env's reward.
         invalid_action_feedback: put BALROG's "did not contain a valid action" line before the next observation.
+        binary_reward: turn any positive step reward into 1.0 (Verlog's BabyAI setting); applied before the format
+            penalty.
         max_steps: override the game's step limit (truncation).
     """
 
@@ -143,6 +145,7 @@ class TextEnv(gym.Env):
         invalid_action_feedback: bool = False,
         max_steps: int | None = None,
         render_mode: str | None = "rgb_array",
+        binary_reward: bool = False,
     ) -> None:
         if parse_mode not in PARSE_MODES:
             raise ValueError(f"parse_mode must be one of {PARSE_MODES}, got {parse_mode!r}")
@@ -152,6 +155,7 @@ class TextEnv(gym.Env):
             raise ValueError(f"max_steps must be a positive number of steps, got {max_steps}")
         self.parse_mode: ParseMode = parse_mode
         self.format_penalty = float(format_penalty)
+        self.binary_reward = bool(binary_reward)
         self.invalid_action_feedback = invalid_action_feedback
         self._max_steps_override = max_steps
         self.render_mode = render_mode
@@ -197,6 +201,8 @@ class TextEnv(gym.Env):
         executed, valid = self.parse(action)
         obs, reward, terminated, game_info = self._game_step(executed)
         self.episode_step += 1
+        if self.binary_reward and reward > 0:
+            reward = 1.0
         if not valid:
             if self.format_penalty > 0:
                 reward = -self.format_penalty

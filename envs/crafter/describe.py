@@ -85,6 +85,12 @@ def _direction(dx: int, dy: int) -> str:
     return "-".join(parts)
 
 
+TEXT_VARIANTS: tuple[str, ...] = ("v2", "v1", "v0")
+"""BALROG's Crafter text versions (spec 3.3, 3.4): v2 = HEAD (default), v1 = what Verlog uses, v0 = first release."""
+
+OUT_OF_MAP = "Error, you are out of the map."
+
+
 def describe_long_term(
     semantic: np.ndarray,
     pos: Sequence[int],
@@ -93,6 +99,7 @@ def describe_long_term(
     sleeping: bool = False,
     health: float = 9,
     view: tuple[int, int] = (9, 9),
+    variant: str = "v2",
 ) -> str:
     """The long-term context: optional status prefix, the nearest thing of each kind, and the faced cell.
 
@@ -102,46 +109,64 @@ def describe_long_term(
         facing: the player's facing vector (fx, fy).
         sleeping, health: the player's state (for the prefix).
         view: crafter's view (9, 9); the window is ``view[0]`` wide and ``view[1] - 2`` tall.
+        variant: ``"v2"`` (BALROG HEAD: kinds in first-met order, "1 step"), ``"v1"`` (kinds ordered by semantic id,
+            always "steps") or ``"v0"`` (v1 with the transposed facing cell). v0/v1 at the east/south map edge
+            follow the spec's description of their swapped bounds check; that corner was not checked against
+            BALROG's code here.
     """
+    if variant not in TEXT_VARIANTS:
+        raise ValueError(f"Crafter text variant must be one of {TEXT_VARIANTS}, got {variant!r}")
     px, py = int(pos[0]), int(pos[1])
     half_w, half_h = view[0] // 2, view[1] // 2
     # Plain slicing, as BALROG does: a negative start (at the west/north edge) gives an empty window.
     window = semantic[px - half_w : px + half_w + 1, py - half_h + 1 : py + half_h]
     cx, cy = half_w, half_h - 1  # the player's cell in the window
-    width, height = window.shape[:2] if window.size else (0, 0)
+    try:
+        body = f"{_seen_block(window, cx, cy, variant)}\n\n{_facing_line(window, cx, cy, facing, variant)}"
+    except IndexError:  # v0/v1 can read past a window cut at the map edge; BALROG then shows this line
+        body = OUT_OF_MAP
+    if sleeping:
+        return f"{SLEEPING_PREFIX}\n\n\n\n{body}"
+    if health <= 0:
+        return f"{DEAD_PREFIX}\n\n\n\n{body}"
+    return body
 
-    fx, fy = cx + int(facing[0]), cy + int(facing[1])
-    if 0 <= fx < width and 0 <= fy < height:
-        facing_line = f"You face {SEMANTIC_NAMES.get(int(window[fx, fy]), 'unknown')} at your front."
-    else:
-        facing_line = "You face nothing at your front."
 
-    nearest: dict[str, tuple[int, int, int]] = {}  # name -> (distance, dx, dy), in first-met order
+def _facing_line(window: np.ndarray, cx: int, cy: int, facing: Sequence[int], variant: str) -> str:
+    width, height = window.shape[:2]
+    fx, fy = int(facing[0]), int(facing[1])
+    if variant == "v2":
+        i, j = cx + fx, cy + fy
+        inside = 0 <= i < width and 0 <= j < height
+    else:  # v0 reads [3 + fy][4 + fx] (transposed), v1 [4 + fx][3 + fy]; both test (height, width) swapped
+        i, j = (cy + fy, cx + fx) if variant == "v0" else (cx + fx, cy + fy)
+        inside = 0 <= i < height and 0 <= j < width
+    if not inside:
+        return "You face nothing at your front."
+    return f"You face {SEMANTIC_NAMES.get(int(window[i][j]), 'unknown')} at your front."
+
+
+def _seen_block(window: np.ndarray, cx: int, cy: int, variant: str) -> str:
+    nearest: dict[int, tuple[int, int, int]] = {}  # semantic id -> (distance, dx, dy), in first-met order
     for x, column in enumerate(window.tolist()):
         for y, sem_id in enumerate(column):
-            if x == cx and y == cy:
-                continue
-            name = SEMANTIC_NAMES.get(sem_id)
-            if name is None:
+            if (x == cx and y == cy) or sem_id not in SEMANTIC_NAMES:
                 continue
             dx, dy = x - cx, y - cy
             d = abs(dx) + abs(dy)
-            best = nearest.get(name)
+            best = nearest.get(sem_id)
             if best is None or d < best[0]:
-                nearest[name] = (d, dx, dy)
-    if nearest:
-        seen = "You see:\n" + "\n".join(
-            f"- {name} {steps(d)} to your {_direction(dx, dy)}" for name, (d, dx, dy) in nearest.items()
-        )
+                nearest[sem_id] = (d, dx, dy)
+    if not nearest:
+        return "You see nothing away from you."
+    if variant == "v2":
+        lines = [f"- {SEMANTIC_NAMES[k]} {steps(d)} to your {_direction(dx, dy)}" for k, (d, dx, dy) in nearest.items()]
     else:
-        seen = "You see nothing away from you."
-
-    text = f"{seen}\n\n{facing_line}"
-    if sleeping:
-        return f"{SLEEPING_PREFIX}\n\n\n\n{text}"
-    if health <= 0:
-        return f"{DEAD_PREFIX}\n\n\n\n{text}"
-    return text
+        lines = [
+            f"- {SEMANTIC_NAMES[k]} {d} steps to your {_direction(dx, dy)}"
+            for k, (d, dx, dy) in sorted(nearest.items())
+        ]
+    return "You see:\n" + "\n".join(lines)
 
 
 def describe_short_term(inventory: Mapping[str, int]) -> str:

@@ -10,6 +10,7 @@ from envs.actions import CRAFTER_SYNONYMS
 from envs.core import TextEnv, TextObservation
 from envs.crafter.describe import (
     ACTIONS,
+    TEXT_VARIANTS,
     describe_long_term,
     describe_short_term,
     instruction,
@@ -32,6 +33,7 @@ class CrafterTextEnv(TextEnv):
     Args:
         achievements: ``"all"`` (BALROG: the prompt lists the 22 achievements, fixed) or ``"remaining"`` (only those
             not unlocked yet, rebuilt every step).
+        text_variant: BALROG's observation text version, ``"v2"`` (HEAD, default), ``"v1"`` (Verlog's) or ``"v0"``.
         render_image: attach crafter's 256x256 RGB frame to each observation (costs about a millisecond a step;
             the game evolves the same either way).
         **kwargs: :class:`envs.core.TextEnv` options (``parse_mode``, ``format_penalty``,
@@ -40,10 +42,15 @@ class CrafterTextEnv(TextEnv):
 
     default_action = "Noop"
 
-    def __init__(self, *, achievements: str = "all", render_image: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *, achievements: str = "all", text_variant: str = "v2", render_image: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         if achievements not in ("all", "remaining"):
             raise ValueError(f"achievements must be 'all' or 'remaining', got {achievements!r}")
+        if text_variant not in TEXT_VARIANTS:
+            raise ValueError(f"text_variant must be one of {TEXT_VARIANTS}, got {text_variant!r}")
+        self.text_variant = text_variant
         self.achievements_in_prompt = achievements
         self.render_image = render_image
         self.actions = list(ACTIONS)
@@ -75,6 +82,7 @@ class CrafterTextEnv(TextEnv):
             sleeping=player.sleeping,
             health=player.health,
             view=tuple(int(v) for v in game._view),
+            variant=self.text_variant,
         )
         return TextObservation.build(long_term, describe_short_term(player.inventory), image)
 

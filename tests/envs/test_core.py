@@ -112,3 +112,13 @@ def test_state_keeps_step_count_limit_and_last_observation() -> None:
         a, b = env.step("go forward"), other.step("go forward")
         assert a[0] == b[0] and a[1:4] == b[1:4]
     assert a[3] is True  # truncated at the restored limit
+
+
+def test_binary_reward() -> None:
+    env = BabyAITextEnv("goto", binary_reward=True)
+    env.reset(seed=2)
+    _, reward, terminated, _, _ = env.step("go forward")  # goto seed 2: this reaches the grey key
+    assert terminated and reward == 1.0
+    plain = BabyAITextEnv("goto")
+    plain.reset(seed=2)
+    assert 0 < plain.step("go forward")[1] < 1.0

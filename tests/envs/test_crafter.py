@@ -250,6 +250,38 @@ def test_describer_edges_and_prefixes() -> None:
     )
 
 
+def test_older_text_variants() -> None:
+    sem = np.full((64, 64), 2, dtype=np.uint8)
+    sem[30, 30] = 13
+    sem[28, 31], sem[29, 32] = 6, 3  # tree 2 west 1 south, stone 1 west 2 south
+    sem[31, 29], sem[34, 33] = 14, 1  # cow 1 north-east, water at the window's south-east corner
+    v2 = describe_long_term(sem, (30, 30), (0, -1))
+    v1 = describe_long_term(sem, (30, 30), (0, -1), variant="v1")
+    v0_north = describe_long_term(sem, (30, 30), (0, -1), variant="v0")
+    v0_east = describe_long_term(sem, (30, 30), (1, 0), variant="v0")
+    assert v2 == (
+        "You see:\n- grass 1 step to your west\n- tree 3 steps to your south-west\n- stone 3 steps to your south-west"
+        "\n- cow 2 steps to your north-east\n- water 7 steps to your south-east\n\nYou face grass at your front."
+    )
+    # v0/v1: ordered by semantic id (water 1, grass 2, stone 3, tree 6, cow 14), always "steps"
+    assert v1 == (
+        "You see:\n- water 7 steps to your south-east\n- grass 1 steps to your west\n- stone 3 steps to your "
+        "south-west\n- tree 3 steps to your south-west\n- cow 2 steps to your north-east"
+        "\n\nYou face grass at your front."
+    )
+    # v0 facing north names the cell 2 west and 1 south; facing east, the cell 1 west and 2 south
+    assert v0_north.endswith("You face tree at your front.") and v0_east.endswith("You face stone at your front.")
+    assert v0_north.split("\n\n")[0] == v1.split("\n\n")[0]
+    assert describe_long_term(sem, (30, 30), (0, 1), variant="v0").endswith("You face grass at your front.")
+    env = CrafterTextEnv(text_variant="v1")
+    assert env.reset(seed=0)[0].long_term == (
+        "You see:\n- grass 1 steps to your west\n- tree 7 steps to your north-west\n- cow 5 steps to your north-east"
+        "\n\nYou face grass at your front."
+    )
+    with pytest.raises(ValueError, match="variant"):
+        CrafterTextEnv(text_variant="v3")
+
+
 def test_lenient_synonyms() -> None:
     env = CrafterTextEnv(parse_mode="lenient")
     env.reset(seed=7)
