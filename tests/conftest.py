@@ -6,7 +6,6 @@ KV cache. Fixtures: ``tiny_model`` (one tiny Qwen2 model per test session, built
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 
@@ -36,18 +35,10 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
 
 
-def _shm_leftovers() -> set[str]:
-    return set(glob.glob("/dev/shm/psm_*")) | set(glob.glob("/dev/shm/verl_weights_*"))
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _clean_engine_leftovers():
-    """vLLM and verl leave shared-memory segments and /tmp files behind; remove the ones this session created."""
-    before_shm = _shm_leftovers()
-    before_tmp = set(glob.glob("/tmp/vllm_dist_*"))
+    """vLLM and verl leave shared-memory segments and /tmp files behind: remove those no live process uses."""
+    from verlog.testing import clean_engine_leftovers
+
     yield
-    for path in (_shm_leftovers() - before_shm) | (set(glob.glob("/tmp/vllm_dist_*")) - before_tmp):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+    clean_engine_leftovers()

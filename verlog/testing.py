@@ -8,7 +8,9 @@ on it. Deterministic for a given seed and corpus.
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,3 +165,48 @@ def build_tiny_model(
     tokenizer.save_pretrained(out)
     (out / "verlog_tiny_model.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
     return out
+
+
+ENGINE_LEFTOVER_PATTERNS = ("/dev/shm/psm_*", "/dev/shm/verl_weights_*", "/tmp/vllm_dist_*")
+"""Files vLLM and verl can leave behind on CPU: shared-memory ring buffers, weight segments, dist init files."""
+
+
+def _paths_in_use() -> set[str]:
+    """Every file path some live process has open or mapped (best effort: processes we may not read are skipped)."""
+    used: set[str] = set()
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            for fd in os.listdir(f"{proc}/fd"):
+                try:
+                    used.add(os.readlink(f"{proc}/fd/{fd}"))
+                except OSError:
+                    continue
+            with open(f"{proc}/maps") as maps:
+                for line in maps:
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6:
+                        used.add(parts[5].strip().removesuffix(" (deleted)"))
+        except OSError:
+            continue
+    return used
+
+
+def clean_engine_leftovers(patterns: Iterable[str] = ENGINE_LEFTOVER_PATTERNS) -> list[str]:
+    """Remove vLLM/verl leftovers that no live process has open or mapped; returns the removed paths.
+
+    Safe while other runs are going on: a segment still open or mapped by any process is kept.
+    """
+    candidates = [path for pattern in patterns for path in glob.glob(pattern)]
+    if not candidates:
+        return []
+    used = _paths_in_use()
+    removed = []
+    for path in candidates:
+        if path in used:
+            continue
+        try:
+            os.remove(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed

@@ -115,3 +115,19 @@ def test_vllm_cpu_loads_and_generates(tiny_model: Path, tmp_path: Path) -> None:
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["n_tokens"] == 12
     assert isinstance(result["text"], str) and result["text"]
+
+
+def test_clean_engine_leftovers_keeps_segments_in_use(tmp_path: Path) -> None:
+    import mmap
+
+    from verlog.testing import clean_engine_leftovers
+
+    busy, stale = tmp_path / "psm_busy", tmp_path / "psm_stale"
+    for path in (busy, stale):
+        path.write_bytes(b"\0" * 4096)
+    pattern = str(tmp_path / "psm_*")
+    with open(busy, "r+b") as handle, mmap.mmap(handle.fileno(), 4096):
+        removed = clean_engine_leftovers([pattern])
+    assert removed == [str(stale)]
+    assert busy.exists() and not stale.exists()
+    assert clean_engine_leftovers([pattern]) == [str(busy)]
