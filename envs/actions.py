@@ -36,7 +36,7 @@ PARSE_MODES: tuple[str, ...] = ("strict", "lenient", "naive")
 
 _NOT_LETTER_SPACE_COLON = re.compile(r"[^A-Za-z\s:]")
 # "action" then optional markdown emphasis / spaces, then ":" (e.g. "ACTION:", "**Action:**", "**action**:").
-_LENIENT_MARKER = re.compile(r"action[\s*_`]*:", re.IGNORECASE)
+_LENIENT_MARKER = re.compile(r"(?<![a-z])action[\s*_`]*:", re.IGNORECASE)
 _EDGE_JUNK = " \t\r\n*_`'\"<>[]{}.,;:!?\u201c\u201d\u2018\u2019"
 _PARENTHESISED = re.compile(r"\([^()]*\)")
 _SPACES = re.compile(r"\s+")

@@ -50,7 +50,8 @@ class BabyAITextEnv(TextEnv):
         self.render_image = render_image
         self.actions = list(ACTIONS)
         self.level = MixedLocalLevel(self.kind, num_dists=num_dists)
-        self.max_steps = 0  # set by each reset
+        # the level sets it at each reset (64 or 128); known in advance because the kind is fixed
+        self.max_steps = self._max_steps_override or (64 if self.kind in ("goto", "pickup") else 128)
         self._rewarded = False
         self._solved = False
 
@@ -118,11 +119,3 @@ class BabyAITextEnv(TextEnv):
         self.level = state["level"]
         self._rewarded = state["rewarded"]
         self._solved = state["solved"]
-
-
-def raw_level(kind: str, num_dists: int = 0) -> MixedLocalLevel:
-    """The underlying minigrid level without the text layer (for benchmarks and experts)."""
-    return MixedLocalLevel(kind, num_dists=num_dists)
-
-
-__all__ = ["BabyAITextEnv", "raw_level"]

@@ -54,7 +54,7 @@ class CrafterTextEnv(TextEnv):
         self.achievements_in_prompt = achievements
         self.render_image = render_image
         self.actions = list(ACTIONS)
-        self.max_steps = 2000
+        self.max_steps = self._max_steps_override or 2000
         self.game: CrafterGame | None = None
 
     def synonyms(self) -> dict[str, str]:

@@ -70,6 +70,7 @@ LENIENT_BABYAI = [
     ),  # only the first line counts
     ("ACTION:\n\n  turn left  ", "turn left"),  # the first non-empty line
     ("action: turn left ... final ACTION: toggle", "toggle"),  # last marker
+    ("ACTION: drop\nThe transaction: done", "drop"),  # "transaction:" is not a marker
     ("ACTION: pickup", "pick up"),  # Verlog synonyms
     ("ACTION: turnleft", "turn left"),
     ("ACTION: goforward.", "go forward"),
