@@ -209,6 +209,22 @@ class _SlotRunner:
         self.envs.clear()
 
 
+def _send_reply(conn: Any, results: list[tuple]) -> None:
+    """Send a command's results; a result that cannot be pickled becomes a "fatal" one that says so."""
+    try:
+        data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        fixed = []
+        for result in results:
+            try:
+                pickle.dumps(result)
+                fixed.append(result)
+            except Exception as exc:
+                fixed.append(("fatal", f"the env returned something that cannot be pickled ({exc!r}): {result!r}"))
+        data = pickle.dumps(fixed, protocol=pickle.HIGHEST_PROTOCOL)
+    conn.send_bytes(data)
+
+
 def _worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool, marker: Any) -> None:
     """A worker process: build the slots' envs, then answer commands until "close" or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the workers
@@ -222,7 +238,7 @@ def _worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_i
                 break
             if cmd == "close":
                 break
-            conn.send(runner.handle(cmd, payload))
+            _send_reply(conn, runner.handle(cmd, payload))
     except (BrokenPipeError, EOFError, OSError):
         pass
     finally:
@@ -325,6 +341,16 @@ class _Slot:
     actions: list[str] = dataclasses.field(default_factory=list)  # actions since the checkpoint
     last_obs: Any = None
     last_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def snapshot(self) -> tuple:
+        """The records, cheaply: ``actions`` only grows until an episode starts (which makes a new list)."""
+        state = self.seed_rng.bit_generator.state
+        return (self.checkpoint, self.actions, len(self.actions), self.last_obs, self.last_info, state, self.next_seed)
+
+    def restore(self, snapshot: tuple) -> None:
+        self.checkpoint, self.actions, length, self.last_obs, self.last_info, state, self.next_seed = snapshot
+        del self.actions[length:]
+        self.seed_rng.bit_generator.state = state
 
     def draw_seed(self) -> None:
         self.next_seed = int(self.seed_rng.integers(0, _SEED_HIGH))
@@ -574,11 +600,14 @@ class EnvPool:
 
     @contextlib.contextmanager
     def _undo_on_interrupt(self) -> Iterator[None]:
-        """If the block does not finish (Ctrl-C, a fatal error), the next call rebuilds every worker by replay,
-        so the envs go back to what the parent recorded: the interrupted call is undone."""
+        """If the block does not finish (Ctrl-C, a fatal error), undo it: the slots' records go back to what they
+        were before it, and the next call rebuilds every worker from them by replay."""
+        saved = [slot.snapshot() for slot in self._slots]
         try:
             yield
         except BaseException:
+            for slot, snapshot in zip(self._slots, saved):
+                slot.restore(snapshot)
             self._stale.update(range(len(self._workers)))
             raise
 
@@ -607,18 +636,18 @@ class EnvPool:
         option_list = list(options) if isinstance(options, Sequence) else [options] * n
         if len(option_list) != n:
             raise ValueError(f"reset() got {len(option_list)} options for {n} envs; give one per env or one dict")
-        for i, seed in enumerate(seed_list):
-            if seed is None:
-                seed_list[i] = self._slots[i].next_seed
-                self._slots[i].draw_seed()
-            else:
-                seed_list[i] = int(seed)
-                self._slots[i].reseed(int(seed))
-        payloads = {
-            w: [(i, seed_list[i], option_list[i]) for i in self._workers[w].slots] for w in range(self.num_workers)
-        }
         results: dict[int, tuple[TextObservation, dict[str, Any]]] = {}
         with self._undo_on_interrupt():
+            for i, seed in enumerate(seed_list):
+                if seed is None:
+                    seed_list[i] = self._slots[i].next_seed
+                    self._slots[i].draw_seed()
+                else:
+                    seed_list[i] = int(seed)
+                    self._slots[i].reseed(int(seed))
+            payloads = {
+                w: [(i, seed_list[i], option_list[i]) for i in self._workers[w].slots] for w in range(self.num_workers)
+            }
             for w, reply in self._exchange(range(self.num_workers), "reset", payloads).items():
                 if isinstance(reply, _Failure):  # the worker died or hung: replace it and try once more
                     self._restart(w, {i: reply.reason for i in self._workers[w].slots})

@@ -3,7 +3,8 @@
 - :class:`Corridor`: a TextEnv written directly on the hooks: walk ``left``/``right`` to the goal at the end.
   The start cell is drawn from the seed, so seeds matter and episodes are reproducible.
 - :class:`FaultyCorridor`: the same game with extra actions that misbehave on purpose: ``crash`` raises,
-  ``exit`` kills the process with ``os._exit``, ``hang`` sleeps forever, ``interrupt`` raises KeyboardInterrupt.
+  ``exit`` kills the process with ``os._exit``, ``hang`` sleeps forever, ``interrupt`` raises KeyboardInterrupt,
+  ``unpicklable`` returns a lambda in info.
 - :class:`UnseededCorridor`: a corridor whose observations no seed reproduces (replay after a restart fails).
 - :func:`frozen_lake_text`: gymnasium's FrozenLake through :class:`envs.adapter.GymTextAdapter`.
 """
@@ -66,13 +67,16 @@ class Corridor(TextEnv):
 class FaultyCorridor(Corridor):
     """Corridor plus ``crash`` (raises), ``exit`` (``os._exit(3)``) and ``hang`` (sleeps forever)."""
 
-    base_actions: ClassVar[list[str]] = ["left", "right", "crash", "exit", "hang", "interrupt"]
+    base_actions: ClassVar[list[str]] = ["left", "right", "crash", "exit", "hang", "interrupt", "unpicklable"]
 
     def _game_step(self, action: str) -> tuple[TextObservation, float, bool, dict]:
         if action == "crash":
             raise RuntimeError("injected crash")
         if action == "exit":
             os._exit(3)
+        if action == "unpicklable":  # moves left and puts a lambda into info: a worker cannot send it back
+            obs, reward, done, _ = super()._game_step("left")
+            return obs, reward, done, {"callback": lambda: None}
         if action == "interrupt":
             raise KeyboardInterrupt  # what Ctrl-C looks like in an in-process pool
         if action == "hang":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import subprocess
@@ -130,6 +129,16 @@ def test_injected_hang_times_out_and_neighbours_continue(faulty_pool: EnvPool) -
     assert not _alive([before[1]])
 
 
+def test_unpicklable_step_result_raises_clearly_and_the_call_is_undone(faulty_pool: EnvPool) -> None:
+    with EnvPool("test/corridor", num_envs=4, in_process=True) as reference:
+        faulty_pool.reset(seeds=1)
+        reference.reset(seeds=1)
+        with pytest.raises(EnvPoolError, match="cannot be pickled"):
+            faulty_pool.step(["right", "unpicklable", "right", "right"])
+        for step in range(3):  # the failed call left no trace: every slot goes on from before it
+            assert _texts(faulty_pool.step(_walk(step, 4))) == _texts(reference.step(_walk(step, 4)))
+
+
 def _check_fault(pool: EnvPool, fault: str, slot: int, error_text: str) -> None:
     """Step a few times, inject ``fault`` in ``slot``, then check every other slot against an in-process reference."""
     with EnvPool("test/corridor", num_envs=4, in_process=True) as reference:
@@ -222,7 +231,7 @@ def test_slot_states_restore_in_new_processes() -> None:
         instruction = pool.instruction(1)
         expected = [pool.step(_walk(step, 3)) for step in range(12)]  # crosses episode ends: seeds must match too
         assert pool.get_attr(0, "actions") == ["left", "right"]
-    with EnvPool(ids, num_workers=3) as fresh:
+    with EnvPool(ids, num_workers=1) as fresh:  # another process layout
         observations = fresh.restore_slots(states)
         assert observations == [r[0] for r in last]
         assert fresh.instruction(1) == instruction
@@ -276,29 +285,31 @@ def test_thousand_steps_then_close_leaves_no_processes() -> None:
 
 
 def test_garbage_collection_and_interpreter_exit_stop_workers() -> None:
-    pool = EnvPool("test/corridor", num_envs=2, num_workers=2)
-    pids = pool.worker_pids()
-    del pool
-    gc.collect()
-    assert not _alive(pids)
     script = textwrap.dedent(
         f"""
-        import sys
+        import gc, os, sys
         sys.path.insert(0, {str(HERE)!r})
         import faulty_envs
         from envs.pool import EnvPool
         faulty_envs.register_test_envs()
         if __name__ == "__main__":
-            pool = EnvPool("test/corridor", num_envs=2, num_workers=2)
-            pool.reset()
-            print(*pool.worker_pids())
+            dropped = EnvPool("test/corridor", num_envs=2, num_workers=2)
+            kept = EnvPool("test/corridor", num_envs=2, num_workers=2)
+            kept.reset()
+            print(*dropped.worker_pids(), *kept.worker_pids(), flush=True)
+            del dropped
+            gc.collect()
+            stats = [open(f"/proc/{{p}}/stat").read().split() for p in os.listdir("/proc") if p.isdigit()]
+            print(*[st[0] for st in stats if st[3] == str(os.getpid()) and st[2] != "Z"])  # live children
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
-    pids = [int(p) for p in out.stdout.split()]
-    assert len(pids) == 2
+    started, children = (line.split() for line in out.stdout.splitlines())
+    dropped, kept = [int(p) for p in started[:2]], [int(p) for p in started[2:]]
+    assert not set(children) & {str(p) for p in dropped}  # gone once the pool was garbage collected
+    assert {str(p) for p in kept} <= set(children)  # the kept pool's workers were still running
     time.sleep(0.2)
-    assert not _alive(pids)
+    assert not _alive(dropped + kept)  # and those stopped when the interpreter exited
 
 
 @pytest.mark.skipif(
