@@ -16,7 +16,9 @@ the current observation or the generation prompt.
 
 from __future__ import annotations
 
-from collections import deque
+import re
+import weakref
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -275,7 +277,7 @@ class SlidingMemory:
     def _render(self, tokenizer: ChatTokenizer, turns: int, shortened: str | None) -> BuiltPrompt:
         messages = self._messages(turns, shortened)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        ids = _encoder_for(tokenizer).encode(text)
         return BuiltPrompt(messages, ids, len(ids), turns, shortened is not None, text)
 
     def _shorten_newest(self, tokenizer: ChatTokenizer, budget: int) -> BuiltPrompt | None:
@@ -303,6 +305,84 @@ class SlidingMemory:
             f"max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now {self.n}) "
             "does not help, the instruction and current observation are never cut"
         )
+
+
+class _PieceEncoder:
+    """Token ids of rendered prompts, encoding each piece of text between added tokens once (LRU cache).
+
+    Fast tokenizers cut the text at added tokens (``<|im_start|>``, ...) before normalising and pre-tokenizing each
+    piece on its own, so a prompt's ids are the concatenation of its pieces' ids, and the long instruction piece is
+    encoded once per episode instead of once per turn. Tokenizers whose added tokens strip whitespace or are
+    normalised are encoded whole; the first ``checks`` prompts are compared with a whole-text encode, and the cache
+    switches itself off on any difference.
+    """
+
+    def __init__(self, tokenizer: ChatTokenizer, max_pieces: int = 1024, checks: int = 8) -> None:
+        self.tokenizer = tokenizer
+        self.max_pieces = max_pieces
+        self.checks = checks
+        self.enabled = False
+        self._pieces: OrderedDict[str, list[int]] = OrderedDict()
+        added = getattr(tokenizer, "added_tokens_decoder", None)
+        if not isinstance(added, dict) or not added:
+            return
+        tokens = list(added.items())
+        if any(
+            getattr(t, "lstrip", True) or getattr(t, "rstrip", True) or getattr(t, "normalized", True)
+            for _, t in tokens
+        ):
+            return
+        if any(getattr(t, "single_word", True) for _, t in tokens):
+            return
+        self._ids = {str(getattr(t, "content", t)): int(i) for i, t in tokens}
+        alternatives = sorted(self._ids, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(re.escape(a) for a in alternatives) + ")")
+        self.enabled = True
+
+    def encode(self, text: str) -> list[int]:
+        if not self.enabled:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        ids: list[int] = []
+        for piece in self._split.split(text):
+            if not piece:
+                continue
+            special = self._ids.get(piece)
+            if special is not None:
+                ids.append(special)
+                continue
+            cached = self._pieces.get(piece)
+            if cached is None:
+                cached = list(self.tokenizer.encode(piece, add_special_tokens=False))
+                self._pieces[piece] = cached
+                if len(self._pieces) > self.max_pieces:
+                    self._pieces.popitem(last=False)
+            else:
+                self._pieces.move_to_end(piece)
+            ids.extend(cached)
+        if self.checks > 0:
+            self.checks -= 1
+            whole = list(self.tokenizer.encode(text, add_special_tokens=False))
+            if whole != ids:
+                self.enabled = False
+                self._pieces.clear()
+                return whole
+        return ids
+
+
+_ENCODERS: weakref.WeakKeyDictionary[Any, _PieceEncoder] = weakref.WeakKeyDictionary()
+
+
+def _encoder_for(tokenizer: ChatTokenizer) -> _PieceEncoder:
+    """The piece encoder of ``tokenizer`` (one per tokenizer object, shared by every memory that uses it)."""
+    try:
+        encoder = _ENCODERS.get(tokenizer)
+        if encoder is None:
+            encoder = _ENCODERS[tokenizer] = _PieceEncoder(tokenizer)
+        return encoder
+    except TypeError:  # not weak-referenceable or not hashable: plain whole-text encoding
+        encoder = _PieceEncoder(tokenizer)
+        encoder.enabled = False
+        return encoder
 
 
 def prompt_metrics(prompts: Sequence[BuiltPrompt]) -> dict[str, float]:

@@ -262,3 +262,46 @@ def test_prompt_metrics(tokenizer):
     assert metrics["rollout/memory_turns_kept/mean"] == (full.turns_kept + cut.turns_kept) / 2 == 1.5
     assert metrics["rollout/prompt_truncated_frac"] == 0.0
     assert prompt_metrics([]) == {}
+
+
+# ------------------------------------------------------------------ piece-cached encoding
+def test_piece_encoder_matches_whole_text_encoding(tokenizer):
+    from verlog.memory import _PieceEncoder
+
+    encoder = _PieceEncoder(tokenizer, checks=0)
+    assert encoder.enabled
+    texts = [
+        "<|im_start|>system\nYou are an agent<|im_end|>\n<|im_start|>user\n a wall 1 step  forward \n\n<|im_end|>",
+        "<|im_start|><|im_end|>  leading and trailing  <|endoftext|>",
+        "no special tokens at all: go forward, turn left.",
+        "<|im_start|>assistant\n",
+    ]
+    for text in texts * 2:  # the second round comes from the cache
+        assert encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+
+
+class _Added:
+    def __init__(self, content, **flags):
+        self.content = content
+        self.lstrip = flags.get("lstrip", False)
+        self.rstrip = self.normalized = self.single_word = False
+
+
+class _CountingTokenizer:
+    """Encodes a text as [its length]: splitting at added tokens changes the result."""
+
+    def __init__(self, **flags):
+        self.added_tokens_decoder = {0: _Added("<s>", **flags)}
+
+    def encode(self, text, add_special_tokens=False):
+        return [len(text)]
+
+
+def test_piece_encoder_switches_off_when_pieces_differ():
+    from verlog.memory import _PieceEncoder
+
+    encoder = _PieceEncoder(_CountingTokenizer())
+    assert encoder.enabled
+    assert encoder.encode("ab<s>cd") == [7]  # checked against the whole text, found different
+    assert not encoder.enabled and encoder.encode("ab<s>c") == [6]
+    assert not _PieceEncoder(_CountingTokenizer(lstrip=True)).enabled
