@@ -19,6 +19,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("verlog.commands.tiny_model", "build a tiny random-weight Qwen2 model for smoke runs"),
     "train": ("verlog.commands.train", "train an LLM agent with multi-turn PPO through verl (Hydra configs)"),
     "play": ("verlog.commands.play", "play a registered env in the terminal: instruction, observation, action"),
+    "demos": ("verlog.commands.demos", "record scripted-expert demonstrations as SFT parquet (babyai/*, babaisai/*)"),
+    "sft": ("verlog.commands.sft", "supervised warm start on demonstrations with verl's SFT trainer"),
+    "eval": ("verlog.commands.eval", "evaluate a model BALROG-style: results table, summary JSON, episode records"),
 }
 
 

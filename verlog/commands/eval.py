@@ -1,0 +1,127 @@
+"""``verlog eval``: evaluate a model on text-game tasks with BALROG's protocol (docs/evaluation.md).
+
+Example::
+
+    verlog eval --model checkpoints/run/global_step_300/actor/huggingface --tasks babyai --episodes 10 --out eval/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a Hugging Face folder, a verl checkpoint's huggingface/ folder, a global_step_K folder or a run folder",
+    )
+    parser.add_argument(
+        "--tasks",
+        required=True,
+        help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai)",
+    )
+    parser.add_argument("--episodes", type=int, default=10, help="episodes per task (BALROG: 10)")
+    parser.add_argument(
+        "--seed-start", type=int, default=0, help="episode i of each task uses seed S+i (keep clear of training seeds)"
+    )
+    parser.add_argument("--seeds", default=None, help="explicit comma-separated seeds instead of --seed-start")
+    parser.add_argument("--out", required=True, help="output folder: summary.json, episodes.jsonl, turns.jsonl")
+    parser.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int, default=512, help="most tokens per response")
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="prompt budget (old turns dropped)")
+    parser.add_argument("--memory-n", type=int, default=1, help="past turns in each prompt (Verlog: 1)")
+    parser.add_argument("--max-steps", type=int, default=None, help="step limit per episode (default: the env's)")
+    parser.add_argument(
+        "--env-kwargs", default="{}", help='JSON keyword arguments for every env, e.g. \'{"parse_mode": "lenient"}\''
+    )
+    parser.add_argument("--concurrency", type=int, default=None, help="most episodes open at once (default: all)")
+    parser.add_argument("--sampling-seed", type=int, default=0, help="seed of the engine's sampling")
+    parser.add_argument("--log-turns", action="store_true", help="also write turns.jsonl (one record per turn)")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
+    parser.add_argument("--bootstrap-resamples", type=int, default=10_000)
+    parser.add_argument("--quiet", action="store_true", help="no line per finished episode")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verlog.eval import EvalProtocol, evaluate, expand_tasks, format_table, load_model
+    from verlog.eval.engine import EvalModelError
+    from verlog.eval.protocol import EvalProtocolError
+    from verlog.rollout.generator import SamplingConfig
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+        if not isinstance(env_kwargs, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        print(f"verlog eval: --env-kwargs must be a JSON object, got {args.env_kwargs!r} ({exc})", file=sys.stderr)
+        return 2
+    try:
+        seeds = None if args.seeds is None else tuple(int(s) for s in args.seeds.split(",") if s.strip())
+        protocol = EvalProtocol(
+            tasks=tuple(expand_tasks(args.tasks.split(","))),
+            episodes_per_task=args.episodes,
+            seed_start=args.seed_start,
+            seeds=seeds,
+            max_steps=args.max_steps,
+            env_kwargs=env_kwargs,
+        )
+        sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    except (EvalProtocolError, ValueError) as exc:
+        print(f"verlog eval: {exc}", file=sys.stderr)
+        return 2
+    n_episodes = len(protocol.episodes())
+    print(
+        f"verlog eval: {len(protocol.tasks)} task(s) x {protocol.episodes_per_task} episodes = {n_episodes}, "
+        f"seeds {protocol.seed_list()[0]}..{protocol.seed_list()[-1]}, engine {args.engine}",
+        flush=True,
+    )
+    try:
+        model = load_model(
+            args.model,
+            engine=args.engine,
+            dtype=args.dtype,
+            max_model_len=args.max_prompt_tokens + args.max_tokens,
+            seed=args.sampling_seed,
+        )
+    except EvalModelError as exc:
+        print(f"verlog eval: {exc}", file=sys.stderr)
+        return 2
+    finished = [0]
+
+    def progress(rec) -> None:
+        finished[0] += 1
+        if not args.quiet:
+            print(
+                f"[{finished[0]}/{n_episodes}] {rec.episode_id} seed {rec.seed}: "
+                f"{'success' if rec.success else 'failure'}, return {rec.episode_return:.2f}, "
+                f"{rec.num_steps} steps, valid {rec.valid_action_rate:.2f}",
+                flush=True,
+            )
+
+    try:
+        summary = evaluate(
+            protocol,
+            model,
+            sampling,
+            args.out,
+            memory_n=args.memory_n,
+            max_prompt_tokens=args.max_prompt_tokens,
+            concurrency=args.concurrency,
+            log_turns=args.log_turns,
+            resume=args.resume,
+            n_resamples=args.bootstrap_resamples,
+            on_episode=progress,
+        )
+    except EvalProtocolError as exc:
+        print(f"verlog eval: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(format_table(summary))
+    print(f"\nwrote {args.out}/summary.json and episodes.jsonl ({summary['wall_time_s']:.1f} s)")
+    return 0

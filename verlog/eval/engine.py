@@ -1,0 +1,145 @@
+"""The model an evaluation talks to: resolve a model path, load its tokenizer, start one generation engine.
+
+``--model`` may be a Hugging Face folder, a verl checkpoint's ``huggingface/`` folder, a ``global_step_K`` folder
+(its ``actor/huggingface`` or ``huggingface`` is used) or a run folder with ``latest_checkpointed_iteration.txt``
+(the latest step is used). The engines are those of :mod:`verlog.rollout.generator`: a standalone vLLM engine
+(CPU or GPU; start-up takes tens of seconds, so an evaluation starts it once for all its tasks) or transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verlog.errors import VerlogError
+from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
+
+ENGINES = ("vllm", "transformers")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
+
+
+class EvalModelError(VerlogError, ValueError):
+    """The model to evaluate cannot be found or loaded as given."""
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(any(folder.glob(pattern)) for pattern in _WEIGHT_GLOBS)
+
+
+def resolve_model_path(path: str | Path) -> Path:
+    """The Hugging Face folder (config and weights) that ``path`` designates; see the module docstring.
+
+    Raises:
+        EvalModelError: nothing loadable there; the message lists the folders checked and the fix.
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise EvalModelError(f"model path {str(root)!r} does not exist: give a Hugging Face folder or a checkpoint")
+    candidates = [root, root / "huggingface", root / "actor" / "huggingface"]
+    latest = root / "latest_checkpointed_iteration.txt"
+    if latest.is_file():
+        step = latest.read_text().strip()
+        step_dir = root / f"global_step_{step}"
+        candidates += [step_dir / "actor" / "huggingface", step_dir / "huggingface"]
+    configs_without_weights = []
+    for folder in candidates:
+        if (folder / "config.json").is_file():
+            if _has_weights(folder):
+                return folder
+            configs_without_weights.append(folder)
+    if configs_without_weights:
+        raise EvalModelError(
+            f"{configs_without_weights[0]} has a config but no weights: verl saves the model weights there only "
+            "with checkpoint.save_contents including hf_model (verlog's configs do); for an older checkpoint merge "
+            "the FSDP shards first: python -m verl.model_merger merge --backend fsdp --local_dir <.../actor> "
+            "--target_dir <out>"
+        )
+    checked = ", ".join(str(c) for c in candidates)
+    raise EvalModelError(f"no Hugging Face model (config.json + weights) found; checked {checked}")
+
+
+def resolve_dtype(dtype: str, on_gpu: bool) -> str:
+    """``auto`` means float32 on CPU (faster than bf16 there, and verl's checkpoints hold fp32) and the model's own
+    dtype on a GPU."""
+    if dtype not in DTYPES:
+        raise EvalModelError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if dtype == "auto":
+        return "auto" if on_gpu else "float32"
+    return dtype
+
+
+@dataclass
+class LoadedModel:
+    """A started engine with its tokenizer, and what was loaded (for the summary)."""
+
+    generator: Generator
+    tokenizer: Any
+    model_path: Path
+    engine: str
+    dtype: str
+    device: str
+
+    def describe(self) -> dict[str, str]:
+        return {"path": str(self.model_path), "engine": self.engine, "dtype": self.dtype, "device": self.device}
+
+
+def load_model(
+    path: str | Path,
+    *,
+    engine: str = "vllm",
+    dtype: str = "auto",
+    max_model_len: int = 2048,
+    seed: int = 0,
+    gpu_memory_utilization: float = 0.9,
+) -> LoadedModel:
+    """Start ``engine`` on the model at ``path`` (resolved by :func:`resolve_model_path`).
+
+    Args:
+        engine: ``vllm`` (batched; on CPU the calling script needs an ``if __name__ == "__main__":`` guard, which the
+            ``verlog`` command has) or ``transformers`` (one sequence at a time; no start-up cost).
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16`` (see :func:`resolve_dtype`).
+        max_model_len: prompt plus response tokens the vLLM engine must hold.
+        seed: sampling seed of the engine.
+        gpu_memory_utilization: vLLM's share of GPU memory (ignored on CPU).
+    """
+    if engine not in ENGINES:
+        raise EvalModelError(f"engine must be one of {ENGINES}, got {engine!r}")
+    from transformers import AutoTokenizer
+
+    from verlog.platform.detect import gpu_present
+
+    folder = resolve_model_path(path)
+    on_gpu = gpu_present()
+    chosen = resolve_dtype(dtype, on_gpu)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise EvalModelError(
+            f"the tokenizer in {folder} has no chat template: prompts are rendered with it; use an instruct model "
+            "or set tokenizer.chat_template and save it"
+        )
+    device = "cuda" if on_gpu else "cpu"
+    if engine == "transformers":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch_dtype = "auto" if chosen == "auto" else getattr(torch, chosen)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(device)
+        generator: Generator = TransformersGenerator(model, tokenizer, seed=seed)
+    else:
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = {
+            "model": str(folder),
+            "tokenizer": str(folder),
+            "dtype": chosen,
+            "max_model_len": int(max_model_len),
+            "seed": int(seed),
+        }
+        if on_gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            kwargs["enforce_eager"] = True  # CUDA graphs do not exist on CPU
+        generator = VllmEngineGenerator(LLM(**kwargs))
+    return LoadedModel(generator, tokenizer, folder, engine, chosen, device)
