@@ -17,8 +17,10 @@ Faults. An env that raises, a worker that dies (killed, ``os._exit``) and an env
 worker is replaced by a new process; its other slots are rebuilt from their last checkpoint (the episode's seed, or
 a state from ``restore_slots``) by replaying the actions since, checked against the last observation, so their
 episodes go on unchanged. Only when a slot cannot be rebuilt that way (its replay fails or differs) does its episode
-end too, with ``env_error`` saying why. ``close()``, ``with EnvPool(...)``, garbage collection and interpreter exit
-all stop every worker.
+end too, with ``env_error`` saying why. A call that does not finish (Ctrl-C, or an :class:`EnvPoolError` such as an
+env returning something unpicklable) is undone: the next call rebuilds the workers from the records kept before it.
+``stats`` counts worker restarts and env errors. ``close()``, ``with EnvPool(...)``, garbage collection and
+interpreter exit all stop every worker. The worker side (processes, messages) lives in ``envs/pool_worker.py``.
 
 ``in_process=True`` runs the same slots in the calling process (for debugging with pdb and plain tracebacks): env
 exceptions are still turned into ``env_error``, but a hang or ``os._exit`` cannot be caught there.
