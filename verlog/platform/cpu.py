@@ -453,6 +453,8 @@ def apply() -> None:
         check_versions()
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # several vLLM replicas on one machine would all pin their OpenMP threads to the same cores
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         _applied.append("engine_device")
         _install_vllm_alias()
         _applied.append("vllm_version_alias")

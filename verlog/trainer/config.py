@@ -100,7 +100,8 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
         f"trainer.nnodes={int(hw.nnodes)}",
         "trainer.total_epochs=1",
         f"trainer.total_training_steps={int(cfg.iterations)}",
-        f"trainer.critic_warmup={int(alg.critic_warmup)}",
+        # verl trains the critic only while global_steps < critic_warmup (steps count from 1)
+        f"trainer.critic_warmup={int(alg.critic_warmup) + 1 if int(alg.critic_warmup) > 0 else 0}",
         f"trainer.save_freq={int(cfg.checkpoint.save_freq)}",
         "trainer.test_freq=-1",
         "trainer.val_before_train=False",

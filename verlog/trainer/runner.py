@@ -48,7 +48,13 @@ def _init_ray(cfg: DictConfig, verl_cfg: DictConfig) -> None:
 
     runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(verl_cfg)), resolve=True)
     env_vars = dict(runtime_env.get("env_vars") or {})
-    for key in ("VERL_USE_EXTERNAL_MODULES", "VERLOG_PLATFORM", "VERL_ENGINE_DEVICE", "VLLM_CPU_KVCACHE_SPACE"):
+    for key in (
+        "VERL_USE_EXTERNAL_MODULES",
+        "VERLOG_PLATFORM",
+        "VERL_ENGINE_DEVICE",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_OMP_THREADS_BIND",
+    ):
         if key in os.environ:
             env_vars[key] = os.environ[key]
     runtime_env["env_vars"] = env_vars

@@ -110,3 +110,37 @@ def test_generator_protocol_results():
     with pytest.raises(ValueError):
         SamplingConfig(max_tokens=0)
     assert GenerationRequest("a", [1]).prompt_ids == [1]
+
+
+class _CrashAtSecondStep:
+    """babyai/goto whose second step raises (once per env instance)."""
+
+    def __init__(self, **kwargs):
+        import envs
+
+        self._env = envs.make("babyai/goto", **kwargs)
+        self._steps = 0
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step(self, action):
+        self._steps += 1
+        if self._steps == 2:
+            raise RuntimeError("injected crash")
+        return self._env.step(action)
+
+
+def test_env_crash_truncates_the_episode_and_the_slot_goes_on(tokenizer, generator):
+    from envs.pool import EnvPool
+
+    pool = EnvPool(_CrashAtSecondStep, num_envs=2, env_kwargs={"max_steps": 50}, in_process=True, seed=0)
+    m = RolloutManager(pool, tokenizer, generator, SamplingConfig(max_tokens=8), max_prompt_tokens=1024)
+    batch = m.collect(3)
+    crashed = [r for r in batch.rows if r.env_error is not None]
+    assert len(crashed) == 2 and all(r.turn_index == 1 for r in crashed if not r.terminated)
+    for row in crashed:
+        assert row.truncated and not row.terminated and row.next_row == -1 and row.bootstrap_prompt_ids
+    assert batch.metrics()["rollout/env_errors"] == 2
+    assert len(batch) == 6  # the batch keeps its size; the slots start new episodes
+    assert all(eid.endswith("-e2") for eid, _ in m.current_episodes())

@@ -1,0 +1,35 @@
+"""A BabyAI env that raises once, on the N-th step taken in this process (N from VERLOG_TEST_CRASH_AT_STEP).
+
+Used by the e2e training test as ``env.id=crashy_env:make`` (this folder on PYTHONPATH) to check that an env slot
+crashing mid-rollout does not stop training.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import envs
+
+_steps = 0
+
+
+class CrashOnce:
+    """Wraps a TextEnv; delegates everything, but ``step`` raises on the process's N-th step."""
+
+    def __init__(self, env: Any) -> None:
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def step(self, action: str) -> Any:
+        global _steps
+        _steps += 1
+        if _steps == int(os.environ.get("VERLOG_TEST_CRASH_AT_STEP", "0")):
+            raise RuntimeError(f"injected env crash at step {_steps}")
+        return self._env.step(action)
+
+
+def make(**kwargs: Any) -> CrashOnce:
+    return CrashOnce(envs.make("babyai/goto", **kwargs))
