@@ -1,0 +1,43 @@
+"""``verlog sft [CONFIG.yaml] [key=value ...]``: the SFT warm start with verl's SFT trainer (verlog.sft)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config",
+        nargs="*",
+        metavar="CONFIG_OR_OVERRIDE",
+        help="an SFT YAML config (e.g. configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
+        "data.train=outputs/demos/goto); docs/sft.md lists the keys",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="check the data, print the torchrun command, stop")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verlog.errors import VerlogError
+    from verlog.sft import load_config, run_sft
+
+    items = list(args.config)
+    path = items.pop(0) if items and "=" not in items[0] else None
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        print(f"error: {bad[0]!r} is not key=value (only the first argument may be a config file)", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(path, items)
+        result = run_sft(config, dry_run=args.dry_run)
+    except VerlogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if isinstance(result, list):
+        print(shlex.join(result))
+        return 0
+    last = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
+    first = f"{result.losses[0]:.4f}" if result.losses else "n/a"
+    print(f"[verlog sft] {result.steps} steps, train/loss {first} -> {last}, model: {result.model_dir}")
+    return 0
