@@ -1,0 +1,159 @@
+"""``verlog eval`` with the tiny model: transformers in-process (fast), vLLM in a subprocess (e2e)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verlog.cli import main
+from verlog.eval.engine import EvalModelError, resolve_model_path
+from verlog.eval.report import read_episode_records
+from verlog.logs import read_turn_logs
+
+GROUP_KEYS = {
+    "episodes",
+    "progression_percentage",
+    "progression_sd",
+    "standard_error",
+    "progression_ci",
+    "success_rate",
+    "success_rate_ci",
+    "mean_return",
+    "return_ci",
+    "average_steps",
+    "valid_action_rate",
+    "truncated_episodes",
+    "generation_failures",
+    "input_tokens",
+    "output_tokens",
+}
+
+
+def _check_summary(out: Path, engine: str, steps: int) -> dict:
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["format"] == "verlog.eval/1"
+    assert summary["episodes"] == 4
+    assert 0.0 <= summary["average_progress"] <= 100.0 and summary["standard_error"] >= 0.0
+    assert summary["protocol"]["tasks"] == ["babyai/goto", "babyai/pickup"]
+    assert summary["protocol"]["seeds"] == [100, 101]
+    assert summary["model"]["engine"] == engine and summary["model"]["dtype"] == "float32"
+    assert summary["sampling"]["max_tokens"] == 6 and summary["memory_n"] == 1
+    babyai = summary["environments"]["babyai"]
+    assert GROUP_KEYS <= set(babyai)
+    assert set(babyai["tasks"]) == {"goto", "pickup"}
+    for block in babyai["tasks"].values():
+        assert GROUP_KEYS <= set(block) and block["episodes"] == 2
+        assert block["average_steps"] <= steps
+        assert block["input_tokens"] > 0 and block["output_tokens"] > 0
+    records = read_episode_records(out)
+    assert sorted((r.env_id, r.seed) for r in records) == [
+        ("babyai/goto", 100),
+        ("babyai/goto", 101),
+        ("babyai/pickup", 100),
+        ("babyai/pickup", 101),
+    ]
+    for rec in records:
+        assert 1 <= rec.num_steps <= steps and rec.env_stats["mission"]
+        assert sum(rec.action_frequency.values()) == rec.num_steps
+    return summary
+
+
+def _args(model: Path, out: Path, engine: str) -> list[str]:
+    return [
+        "eval",
+        "--model",
+        str(model),
+        "--tasks",
+        "babyai/goto,babyai/pickup",
+        "--episodes",
+        "2",
+        "--seed-start",
+        "100",
+        "--engine",
+        engine,
+        "--max-tokens",
+        "6",
+        "--max-steps",
+        "3",
+        "--out",
+        str(out),
+        "--log-turns",
+        "--bootstrap-resamples",
+        "200",
+    ]
+
+
+@pytest.fixture
+def one_torch_thread():
+    """A 148k-parameter model gains nothing from threads, and on a busy machine OpenMP waits cost seconds."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_eval_transformers_writes_summary(tiny_model: Path, tmp_path: Path, capsys, one_torch_thread) -> None:
+    out = tmp_path / "eval"
+    assert main(_args(tiny_model, out, "transformers")) == 0
+    printed = capsys.readouterr().out
+    assert "babyai/goto" in printed and "babyai (all tasks)" in printed and "overall (BALROG" in printed
+    _check_summary(out, "transformers", steps=3)
+    turns = read_turn_logs(out / "turns.jsonl")
+    assert len(turns) == sum(r.num_steps for r in read_episode_records(out))
+    assert all(t.response_tokens and t.response_tokens <= 6 and t.logprobs is not None for t in turns)
+
+
+def test_eval_reports_bad_arguments(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    assert main(["eval", "--model", str(tiny_model), "--tasks", "babyai/gotoo", "--out", str(tmp_path)]) == 2
+    assert "did you mean babyai/goto" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tmp_path / "none"), "--tasks", "babyai/goto", "--out", str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    args = ["eval", "--model", str(tiny_model), "--tasks", "babyai/goto", "--out", str(tmp_path), "--env-kwargs", "[1]"]
+    assert main(args) == 2
+    assert "JSON object" in capsys.readouterr().err
+
+
+def test_model_path_resolves_verl_checkpoint_layouts(tiny_model: Path, tmp_path: Path) -> None:
+    assert resolve_model_path(tiny_model) == tiny_model
+    run = tmp_path / "run"
+    hf = run / "global_step_3" / "actor" / "huggingface"
+    shutil.copytree(tiny_model, hf)
+    (run / "latest_checkpointed_iteration.txt").write_text("3\n")
+    assert resolve_model_path(run) == hf
+    assert resolve_model_path(run / "global_step_3") == hf
+    assert resolve_model_path(run / "global_step_3" / "actor") == hf
+    config_only = tmp_path / "ckpt" / "huggingface"
+    config_only.mkdir(parents=True)
+    shutil.copy(tiny_model / "config.json", config_only)
+    with pytest.raises(EvalModelError, match="hf_model"):
+        resolve_model_path(tmp_path / "ckpt")
+    with pytest.raises(EvalModelError, match="no Hugging Face model"):
+        resolve_model_path(tmp_path)
+
+
+@pytest.mark.e2e
+def test_eval_vllm_writes_summary(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    # a verl-checkpoint layout, as `verlog train` writes it
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model, run / "global_step_1" / "actor" / "huggingface")
+    (run / "latest_checkpointed_iteration.txt").write_text("1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlog", *_args(run, out, "vllm")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "overall (BALROG" in proc.stdout
+    summary = _check_summary(out, "vllm", steps=3)
+    assert summary["model"]["path"].endswith("global_step_1/actor/huggingface")
+    turns = read_turn_logs(out / "turns.jsonl")
+    assert all(t.logprobs is not None and t.logprobs.n == t.response_tokens for t in turns)
