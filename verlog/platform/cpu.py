@@ -84,6 +84,7 @@ def check_versions() -> None:
 
 def _require_source(fn: Callable[..., Any], needle: str, what: str) -> None:
     """Fail loudly when the function a patch replaces no longer contains ``needle`` (its code changed)."""
+    fn = getattr(fn, "__wrapped__", fn)  # an already patched function: check the original
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError) as exc:
@@ -318,6 +319,7 @@ def _patch_process_group(module: types.ModuleType) -> None:
         return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
 
     initialize_global_process_group_ray.__verlog_patched__ = True  # type: ignore[attr-defined]
+    initialize_global_process_group_ray.__wrapped__ = original  # type: ignore[attr-defined]
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
@@ -340,6 +342,7 @@ def _patch_valuehead(module: types.ModuleType) -> None:
         )
 
     load_valuehead_model.__verlog_patched__ = True  # type: ignore[attr-defined]
+    load_valuehead_model.__wrapped__ = original  # type: ignore[attr-defined]
     module.load_valuehead_model = load_valuehead_model
 
 
@@ -418,6 +421,7 @@ def _patch_vllm_linear(module: types.ModuleType) -> None:
         return None
 
     process_weights_after_loading.__verlog_patched__ = True  # type: ignore[attr-defined]
+    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
     method_cls.process_weights_after_loading = process_weights_after_loading
 
 

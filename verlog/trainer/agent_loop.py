@@ -53,13 +53,16 @@ class VerlogAgentLoopManager(AgentLoopManager):
         self.last_batch = batch
         self.last_metrics = {**batch.metrics(), **self.rollout.last_timing}
         self.iteration_log.append({"start_episodes": start_episodes, "rows": len(batch)})
-        self.bootstrap = {
-            (r.episode_id, r.turn_index): r.bootstrap_prompt_ids for r in batch.rows if r.bootstrap_prompt_ids
-        }
         return self.to_dataproto(batch, elapsed)
 
     def to_dataproto(self, batch: TurnBatch, elapsed: float = 0.0) -> DataProto:
-        """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row fields."""
+        """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row fields.
+
+        Also remembers the rows' bootstrap prompts (``self.bootstrap``) for the trainer's value step.
+        """
+        self.bootstrap = {
+            (r.episode_id, r.turn_index): r.bootstrap_prompt_ids for r in batch.rows if r.bootstrap_prompt_ids
+        }
         rcfg = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
         t = batch.to_tensors(pad, int(rcfg.prompt_length), int(rcfg.response_length))

@@ -35,6 +35,7 @@ from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
 from verlog.advantage import dual_discount_gae, masked_whiten
@@ -215,6 +216,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     def _load_checkpoint(self) -> Any:
         result = super()._load_checkpoint()
+        if self.global_steps == 0 and int(self.verlog.algorithm.warmup_rollout_multiplier) > 1:
+            self._warmup_critic()
         if self.global_steps > 0:
             if self.config.trainer.resume_mode == "resume_path":
                 folder = str(self.config.trainer.resume_from_path)
@@ -230,6 +233,28 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 self.rollout.load_state_dict(pickle.load(f))
             print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
         return result
+
+    def _warmup_critic(self) -> None:
+        """Verlog's critic warm-up: one rollout ``warmup_rollout_multiplier`` times the usual size, then
+        ``warmup_critic_updates`` critic-only updates on it, before the first PPO iteration (fresh runs only)."""
+        alg = self.verlog.algorithm
+        turns = int(self.verlog.rollout.turns_per_slot) * int(alg.warmup_rollout_multiplier)
+        updates = int(alg.warmup_critic_updates)
+        self.checkpoint_manager.update_weights(self.global_steps)  # vLLM starts from placeholder weights
+        start = time.time()
+        batch = self.rollout.collect(turns)
+        data = self.async_rollout_manager.to_dataproto(batch)
+        data.meta_info["temperature"] = float(self.config.actor_rollout_ref.rollout.temperature)
+        data = data.union(self._compute_values(data))
+        data.batch["token_level_rewards"] = data.batch["rm_scores"]
+        data = self.compute_advantage(data)
+        for i in range(updates):
+            out = self._update_critic(data)
+            loss = float(reduce_metrics(out.meta_info["metrics"]).get("critic/vf_loss", float("nan")))
+            print(
+                f"[verlog] critic warm-up update {i + 1}/{updates} on {len(data)} rows: vf_loss {loss:.4f}", flush=True
+            )
+        print(f"[verlog] critic warm-up done in {time.time() - start:.0f} s ({len(data)} rows)", flush=True)
 
     # ------------------------------------------------------------------------------------------ fit
     def fit(self) -> None:

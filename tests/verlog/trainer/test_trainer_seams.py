@@ -101,3 +101,11 @@ def test_compute_advantage_links_rows_in_any_order():
     assert torch.allclose(out.batch["advantages"], masked_whiten(expect_adv, mask)[order], atol=1e-5)
     assert trainer._adv_metrics["adv/linked_rows"] == 2
     assert trainer._adv_metrics["adv/bootstrap_rows"] == 2
+
+
+def test_verlog_train_print_config(capsys):
+    from verlog.cli import main
+
+    assert main(["train", "--print-config", "iterations=7", "rollout.num_slots=8"]) == 0
+    out = capsys.readouterr().out
+    assert "iterations: 7" in out and "num_slots: 8" in out and "id: babyai/goto" in out
