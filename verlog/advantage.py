@@ -100,13 +100,13 @@ def dual_discount_gae(
     zeros = torch.zeros_like(rows.next_value)
     boundary = torch.where(linked, first_value[safe_next], torch.where(rows.terminated, zeros, rows.next_value))
 
-    # TD errors with token discounts everywhere, laid out [R, B] for the reverse pass over positions; then the last
-    # token of each turn is redone with the step discount.
+    # TD errors with token discounts everywhere (rewards first: that also finds rewards outside the mask), then the
+    # last token of each turn redone with the step discount.
+    deltas = torch.mul(rewards, maskf)
+    if int(torch.count_nonzero(deltas)) != int(torch.count_nonzero(rewards)):
+        _raise_stray_reward(rewards, maskf)
     if rows.contiguous:
-        deltas_t = torch.sub(rewards.t(), vals.t(), out=torch.empty(width, batch, device=device))
-        deltas_t[:-1].add_(vals.t()[1:], alpha=tg)
-        deltas_t.mul_(maskf.t())
-        factors_t = None
+        deltas[:, :-1].addcmul_(vals[:, 1:], maskf[:, :-1], value=tg)
         powers = torch.pow(torch.tensor(token_gl, device=device), torch.arange(width, device=device).float())
     else:  # holes in the mask: "next token" is the next position inside the mask
         positions = torch.arange(width, device=device).expand(batch, width)
@@ -114,37 +114,77 @@ def dual_discount_gae(
         after = valid_pos.flip(1).cummin(1).values.flip(1)
         next_pos = torch.cat([after[:, 1:], torch.full((batch, 1), width, device=device)], dim=1)
         next_values = torch.cat([vals, vals.new_zeros(batch, 1)], dim=1).gather(1, next_pos)
-        deltas_t = torch.add(rewards, next_values, alpha=tg).sub_(vals).mul_(maskf).t().contiguous()
-        factors_t = torch.where(rows.mask, token_gl, 1.0).to(torch.float32).t().contiguous()
+        deltas.addcmul_(next_values, maskf, value=tg)
         before = maskf.cumsum(1) - maskf
-        powers = (torch.pow(torch.tensor(token_gl, device=device), before) * maskf).t()
+        powers = torch.pow(torch.tensor(token_gl, device=device), before) * maskf
+    deltas.addcmul_(vals, maskf, value=-1.0)
     last_reward = rewards[token_rows, last_pos]
     last_value = vals[token_rows, last_pos]
-    deltas_t[last_pos, token_rows] = last_reward + sg * boundary[token_rows] - last_value
+    deltas[token_rows, last_pos] = last_reward + sg * boundary[token_rows] - last_value
 
     # Each row's first-token advantage is head + row_coef * (the next turn's first-token advantage): solve that
     # recurrence along the links, then feed the incoming advantage into each turn's last token.
-    head = powers @ deltas_t if powers.dim() == 1 else (deltas_t * powers).sum(0)
+    head = deltas @ powers if powers.dim() == 1 else (deltas * powers).sum(1)
     row_coef = step_gl * torch.pow(
         torch.tensor(token_gl, dtype=torch.float64), (rows.lengths - 1).clamp(min=0).double()
     )
     incoming = _solve_linked_rows(head.double(), row_coef.to(device), rows.next_row, linked).to(torch.float32)
-    deltas_t[last_pos, token_rows] += step_gl * incoming[token_rows]
+    deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
 
-    # One reverse pass over token positions, in place: A[j] = delta[j] + f[j] * A[next j] (f = 1 on mask holes).
-    adv_t = deltas_t
-    carry = torch.zeros(batch, dtype=torch.float32, device=device)
-    if factors_t is None:
-        for j in range(width - 1, -1, -1):
-            carry = torch.add(adv_t[j], carry, alpha=token_gl, out=adv_t[j])
-    else:
-        for j in range(width - 1, -1, -1):
-            carry = torch.addcmul(adv_t[j], factors_t[j], carry, out=adv_t[j])
-    advantages = adv_t.t().contiguous()
-    if factors_t is not None:
-        advantages.mul_(maskf)  # holes carried the advantage through
+    # The reverse pass A[j] = delta[j] + f[j] * A[next j], in place.
+    if rows.contiguous:
+        advantages = _discounted_reverse_cumsum_(deltas, token_gl)
+    else:  # f = token_gamma * token_lam inside the mask, 1 on holes (they carry the advantage through)
+        factors = torch.where(rows.mask, token_gl, 1.0).to(torch.float32)
+        advantages = _reverse_scan_with_factors(deltas, factors).mul_(maskf)
     returns = torch.addcmul(advantages, vals, maskf)
     return advantages, returns
+
+
+_SCAN_BLOCK = 64
+"""Token positions per block of the blocked reverse scan (one small matrix product each)."""
+
+
+def _discounted_reverse_cumsum_(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """In place: ``x[:, j] = x[:, j] + factor * x[:, j+1]`` from the last column back (``[B, R]`` float32).
+
+    Blocks of ``_SCAN_BLOCK`` columns: inside a block it is one product with the matrix ``U[i, j] = factor^(i-j)``
+    (``i >= j``), plus ``factor^(end-j)`` times the carried value from the block to the right.
+    """
+    width = x.shape[1]
+    size = min(_SCAN_BLOCK, width)
+    idx = torch.arange(size, device=x.device, dtype=torch.float32)
+    gap = idx[:, None] - idx[None, :]
+    base = torch.tensor(factor, dtype=torch.float32, device=x.device)
+    upper = torch.where(gap >= 0, torch.pow(base, gap.clamp(min=0)), torch.zeros_like(gap))
+    carry: torch.Tensor | None = None
+    for start in range(((width - 1) // size) * size, -1, -size):
+        end = min(start + size, width)
+        n = end - start
+        block = x[:, start:end].contiguous() @ upper[:n, :n]
+        if carry is not None:
+            block.addr_(carry, torch.pow(base, n - idx[:n]))
+        x[:, start:end] = block
+        carry = block[:, 0]
+    return x
+
+
+def _reverse_scan_with_factors(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """``A[:, j] = x[:, j] + factors[:, j] * A[:, j+1]`` from the last column back; ``[B, R]`` in, new tensor out."""
+    x_t = x.t().contiguous()
+    f_t = factors.t().contiguous()
+    carry = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+    for j in range(x.shape[1] - 1, -1, -1):
+        carry = torch.addcmul(x_t[j], f_t[j], carry, out=x_t[j])
+    return x_t.t().contiguous()
+
+
+def _raise_stray_reward(rewards: torch.Tensor, maskf: torch.Tensor) -> None:
+    row, pos = (int(i) for i in torch.nonzero(rewards.masked_fill(maskf != 0, 0.0))[0])
+    raise AdvantageInputError(
+        f"token_rewards[{row}, {pos}] = {float(rewards[row, pos])} lies outside response_mask and would be lost: "
+        "put a turn's reward on its last response token"
+    )
 
 
 def _solve_linked_rows(
@@ -186,7 +226,7 @@ class _Rows:
 
     rewards: torch.Tensor
     values: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None  # bool [B, R]; None on the right-padded fast path
     maskf: torch.Tensor
     contiguous: bool  # every row's response tokens are positions 0 .. L-1 (right padding only)
     lengths: torch.Tensor  # response tokens per row (long)
@@ -241,35 +281,35 @@ def _check_gae_inputs(
     device = values.device
     rewards = token_rewards.to(device=device, dtype=torch.float32)
     vals = values.to(torch.float32)
-    positions = torch.arange(width, device=device)
     if response_mask.shape != values.shape:
         raise AdvantageInputError(
             f"response_mask must have shape {list(values.shape)}, got {list(response_mask.shape)}"
         )
-    response_mask = response_mask.to(device)
-    lengths = response_mask.sum(1).round().long()
-    right_padded = positions[None, :] < lengths[:, None]
-    as_given = right_padded if response_mask.dtype == torch.bool else right_padded.to(response_mask.dtype)
-    if torch.equal(as_given, response_mask):  # the common layout; also proves the mask holds only 0 and 1
-        maskf = response_mask if response_mask.dtype == torch.float32 else right_padded.to(torch.float32)
-        mask, contiguous = right_padded, True
+    maskf = response_mask.to(device=device, dtype=torch.float32)
+    # Right padding (tokens at 0 .. L-1), the common layout, found by reductions only: with entries in [0, 1], a row
+    # summing to an integer L has sum(j * m_j) = L(L-1)/2 only when m = 1 at positions 0 .. L-1 and 0 elsewhere.
+    contiguous = batch > 0
+    if batch and response_mask.dtype != torch.bool:
+        low, high = torch.aminmax(maskf)
+        contiguous = bool(low >= 0) and bool(high <= 1)
+    lengths_raw = maskf.sum(1)
+    lengths_f = lengths_raw.round()
+    position_sums = maskf @ torch.arange(width, device=device, dtype=torch.float32)
+    contiguous = (
+        contiguous
+        and torch.equal(lengths_f, lengths_raw)
+        and torch.equal(position_sums, lengths_f * (lengths_f - 1) / 2)
+    )
+    if contiguous:
+        mask = None
+        lengths = lengths_f.long()
         first_pos = torch.where(lengths > 0, 0, -1)
         last_pos = lengths - 1
-        inside = right_padded
     else:
-        mask, maskf = _check_mask(response_mask, values.shape)
-        contiguous = False
+        mask, maskf = _check_mask(response_mask.to(device), values.shape)
         lengths = mask.sum(1)
         first_pos = torch.where(lengths > 0, mask.to(torch.int8).argmax(1), -1)
         last_pos = torch.where(lengths > 0, width - 1 - mask.flip(1).to(torch.int8).argmax(1), -1)
-        inside = mask
-    stray = rewards.masked_fill(inside, 0.0)
-    if int(torch.count_nonzero(stray)):
-        row, pos = (int(i) for i in torch.nonzero(stray)[0])
-        raise AdvantageInputError(
-            f"token_rewards[{row}, {pos}] = {float(rewards[row, pos])} lies outside response_mask and would be lost: "
-            "put a turn's reward on its last response token"
-        )
     nxt = _as_row_tensor(next_row, "next_row", batch, device)
     if nxt.is_floating_point() or nxt.dtype == torch.bool:
         raise AdvantageInputError(f"next_row must be an integer tensor (row index or -1), got {nxt.dtype}")

@@ -457,3 +457,31 @@ def test_advantage_metrics():
     assert advantage_metrics(adv, values, values, mask)["critic/vf_explained_var"] == pytest.approx(1.0)
     with pytest.raises(AdvantageInputError, match="at least one response token"):
         advantage_metrics(adv, returns, values, torch.zeros_like(mask))
+
+
+@pytest.mark.parametrize("block", [3, 64])
+@pytest.mark.parametrize("holes", [False, True])
+def test_long_responses_across_scan_blocks(monkeypatch, block, holes):
+    import verlog.advantage as advantage
+
+    monkeypatch.setattr(advantage, "_SCAN_BLOCK", block)
+    rewards, values, mask, next_row, next_value, terminated = random_batch(11, 6, 150, holes)
+    tensors = [torch.from_numpy(x) for x in (rewards, values, mask, next_row, next_value, terminated)]
+    adv, ret = dual_discount_gae(*tensors, token_gamma=0.99, token_lam=0.9, step_gamma=0.95, step_lam=0.8)
+    ref_adv, ref_ret = reference_gae(rewards, values, mask, next_row, next_value, terminated, 0.99, 0.9, 0.95, 0.8)
+    np.testing.assert_allclose(adv.numpy(), ref_adv * mask, atol=5e-5, rtol=1e-5)
+    np.testing.assert_allclose(ret.numpy(), ref_ret, atol=5e-5, rtol=1e-5)
+
+
+def test_mask_dtypes_agree():
+    rewards, values, mask, next_row, next_value, terminated = random_batch(4, 5, 12, holes=False)
+    rows = (torch.from_numpy(next_row), torch.from_numpy(next_value), torch.from_numpy(terminated))
+    results = [
+        dual_discount_gae(torch.from_numpy(rewards), torch.from_numpy(values), m, *rows, **VERLOG)[0]
+        for m in (torch.from_numpy(mask), torch.from_numpy(mask).bool(), torch.from_numpy(mask).float())
+    ]
+    torch.testing.assert_close(results[0], results[1])
+    torch.testing.assert_close(results[0], results[2])
+    near = torch.from_numpy(mask).float() * 0.5  # in [0, 1] but not a mask
+    with pytest.raises(AdvantageInputError, match="only 0 and 1"):
+        dual_discount_gae(torch.from_numpy(rewards) * 0, torch.from_numpy(values), near, *rows, **VERLOG)
