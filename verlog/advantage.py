@@ -10,15 +10,16 @@ with the token discounts ``(token_gamma, token_lam)`` and from one turn to the n
 - last token: ``delta = r[t, j] + step_gamma * V_next - V[t, j]`` and
   ``A[t, j] = delta + step_gamma * step_lam * A[t+1, 0]``, where ``V_next`` is ``V[t+1, 0]`` when the next turn is in
   the batch, the bootstrap value ``V(s_{t+1})`` when it is not (batch boundary or time limit), and 0 after a true
-  termination (then ``A[t+1, 0]`` is 0 too).
+  termination; ``A[t+1, 0]`` counts as 0 unless the next turn is in the batch.
 
 Positions outside the response mask are skipped: "next token" means the next position inside the mask, as in verl's
 ``compute_gae_advantage_return``. With equal token and step discounts, turns laid end to end give ordinary GAE.
 
-The fast path never loops over rows: one vectorised reverse pass over the ``R`` token positions computes every
-row's in-turn advantages as if the next turn's advantage were 0; each row's advantage is linear in that incoming
-advantage, so the cross-turn part is a linear recurrence along the ``next_row`` links, solved by pointer jumping in
-``ceil(log2(turns per episode))`` vectorised steps, and added back in one broadcast.
+No loop over rows: each turn's advantages are linear in the advantage flowing in from its next turn, so the
+cross-turn part is a linear recurrence along the ``next_row`` links, solved by pointer jumping in
+``ceil(log2(turns per episode))`` vectorised steps; the rest is TD errors for all rows at once and one discounted
+reverse cumulative sum per row, done in blocks of matrix products (docs/algorithms.md, "How the fast version
+works").
 """
 
 from __future__ import annotations
