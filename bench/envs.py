@@ -5,7 +5,8 @@
 For every BabyAI task kind it steps the raw minigrid level (integer actions) and the BabyAI-Text env (the same random
 actions as strings, parsed in strict mode and described) from the same seeds; for Crafter, the raw ``crafter.Env``
 as BALROG builds it (it renders a 256x256 frame every step) against Crafter-Text without and with the image. Only
-step calls are timed; resets are excluded. Results go to docs/benchmarks.md under "## Text envs" (the rest of that
+step calls are timed (process CPU time, so that other jobs on a shared machine matter less); resets are
+excluded. Results go to docs/benchmarks.md under "## Text envs" (the rest of that
 file is left as it is). Targets (issue 3): the text layer costs at most 2x the raw step for BabyAI, 1.5x for Crafter.
 """
 
@@ -36,14 +37,17 @@ ROUNDS = 3
 
 
 def _timed_steps(reset: Callable[[int], None], step: Callable[[int], bool], actions: np.ndarray) -> float:
-    """Steps per second over ``actions`` (episode ends trigger an untimed reset with the next seed)."""
+    """Steps per CPU second over ``actions`` (episode ends trigger an untimed reset with the next seed).
+
+    CPU time of this process, not wall time: the machine may be shared, and stepping is single-threaded.
+    """
     seed = 0
     reset(seed)
     elapsed = 0.0
     for a in actions:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         done = step(int(a))
-        elapsed += time.perf_counter() - t0
+        elapsed += time.process_time() - t0
         if done:
             seed += 1
             reset(seed)
@@ -105,9 +109,10 @@ def render_section(rows: list[tuple[str, float, float, str]], n_babyai: int, n_c
     lines = [
         SECTION,
         "",
-        f"`python bench/envs.py` on {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d')}. Random actions; only step calls are timed ({n_babyai} steps per BabyAI kind, "
+        f"`python bench/envs.py` on {platform.machine()}, {os.cpu_count()} CPUs (load average "
+        f"{os.getloadavg()[0]:.1f} at the end of the run), Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d')}. Random actions; only step calls are timed, in CPU time of the process "
+        f"({n_babyai} steps per BabyAI kind, "
         f"{n_crafter} for Crafter; best of {ROUNDS} alternating rounds). Ratio = raw steps/s / text steps/s (the "
         "cost of a text step as a multiple of the raw step; below 1 means the text env is faster than the raw one).",
         "",
