@@ -169,22 +169,32 @@ def test_rendering_does_not_change_the_game() -> None:
     assert games[1].world.daylight < 0.5  # the run did cover the night
 
 
-def _continue_in_fresh_process(state: bytes, actions: list[str]) -> list[tuple[str, float, bool]]:
-    env = CrafterTextEnv()
-    env.set_state(state)
-    out = []
-    for a in actions:
-        obs, reward, terminated, truncated, _ = env.step(a)
-        out.append((obs.text, reward, terminated))
-        if terminated or truncated:
-            break
-    return out
+def _continue_in_fresh_process(state: bytes, prefix: list[str], actions: list[str]) -> tuple[list, list]:
+    """In a new process: continue from ``state``, and also replay the whole episode from its seed."""
+
+    def run(env: CrafterTextEnv) -> list[tuple[str, float, bool]]:
+        out = []
+        for a in actions:
+            obs, reward, terminated, truncated, _ = env.step(a)
+            out.append((obs.text, reward, terminated))
+            if terminated or truncated:
+                break
+        return out
+
+    restored = CrafterTextEnv()
+    restored.set_state(state)
+    replayed = CrafterTextEnv()
+    replayed.reset(seed=10)
+    for a in prefix:
+        replayed.step(a)
+    return run(restored), run(replayed)
 
 
 def test_state_round_trip_in_a_fresh_process_for_250_steps() -> None:
     env = CrafterTextEnv()
     env.reset(seed=10)
-    for a in _random_actions(20, seed=3):
+    prefix = _random_actions(20, seed=3)
+    for a in prefix:
         env.step(a)
     state = env.get_state()
     actions = _random_actions(250, seed=6)  # this random player survives all 250 steps (through the night)
@@ -196,8 +206,9 @@ def test_state_round_trip_in_a_fresh_process_for_250_steps() -> None:
             break
     assert len(expected) == 250
     with mp.get_context("spawn").Pool(1) as pool:
-        got = pool.apply(_continue_in_fresh_process, (state, actions))
-    assert got == expected
+        restored, replayed = pool.apply(_continue_in_fresh_process, (state, prefix, actions))
+    assert restored == expected
+    assert replayed == expected  # same seed and actions in another process: the same world (despawns included)
 
 
 def test_truncation_at_max_steps_and_invalid_action() -> None:
