@@ -139,6 +139,7 @@ def test_model_path_resolves_verl_checkpoint_layouts(tiny_model: Path, tmp_path:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_eval_vllm_writes_summary(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "eval"
     # a verl-checkpoint layout, as `verlog train` writes it
