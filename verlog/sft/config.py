@@ -1,0 +1,174 @@
+"""Settings of `verlog sft`: typed defaults, YAML (configs/sft/), key=value overrides; unknown keys are errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verlog.errors import VerlogError
+
+
+class SFTConfigError(VerlogError, ValueError):
+    """An SFT setting is invalid or contradicts another (the message names both and the fix)."""
+
+
+class SFTDataError(VerlogError, ValueError):
+    """The SFT data do not fit the model: no chat template, malformed conversations, rows over the length limit."""
+
+
+class SFTRunError(VerlogError, RuntimeError):
+    """verl's SFT trainer failed or wrote no Hugging Face folder."""
+
+
+# --------------------------------------------------------------------------------------------------- config
+@dataclass
+class SFTModelConfig:
+    """The model to fine-tune.
+
+    Attributes:
+        path: a Hugging Face model folder (or hub id when one can be downloaded).
+        build_tiny: build a tiny random-weight model at ``path`` with ``verlog.testing.build_tiny_model`` when the
+            folder does not exist (no pretrained weights on an offline machine).
+        tiny: sizes for ``build_tiny_model`` (``hidden_size``, ``num_layers``, ``num_heads``, ...).
+        tokenizer_corpus: texts to train the tiny model's tokenizer on, added to verlog's default corpus
+            (e.g. the demo answers); empty: the default corpus only.
+    """
+
+    path: str = "outputs/sft/base-model"
+    build_tiny: bool = False
+    tiny: dict[str, int] = field(default_factory=dict)
+    tokenizer_corpus: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SFTDataConfig:
+    """The demonstrations.
+
+    Attributes:
+        train: a folder written by ``verlog demos`` (its train.parquet) or a parquet file with a ``messages`` column.
+        val: a parquet file for validation loss; null: the demo folder's val.parquet when there is one.
+        max_length: the longest row in tokens (chat template applied); longer rows are an error before launch.
+        loss_on: ``last`` (loss on the final assistant message only) or ``all`` (every assistant message; verl's own).
+    """
+
+    train: str = "outputs/demos"
+    val: str | None = None
+    max_length: int = 1024
+    loss_on: str = "last"
+
+
+@dataclass
+class SFTTrainConfig:
+    """Optimisation and processes.
+
+    Attributes:
+        nproc: processes (FSDP ranks; one per GPU, or CPU ranks on a CPU machine).
+        batch_size: rows per optimizer step (global, over all ranks).
+        epochs: passes over the data; ``steps`` (when set) stops earlier or later.
+        steps: optimizer steps in all; null: ``epochs * (rows // batch_size)``.
+        lr: peak learning rate (AdamW).
+        warmup_ratio: fraction of the steps with a linear warm-up.
+        lr_scheduler: ``constant`` or ``cosine`` (after the warm-up).
+        weight_decay: AdamW weight decay.
+        clip_grad: gradient norm clip.
+        max_tokens_per_rank: tokens per micro-batch per rank (verl's dynamic batch size).
+        gradient_checkpointing: recompute activations (saves memory, about 10% slower on CPU).
+        fp32: compute in float32 (faster than bf16 on CPUs without fast bf16; bf16 otherwise).
+        save_freq: also checkpoint every this many steps (-1: only at the end).
+        seed: data-order seed.
+    """
+
+    nproc: int = 1
+    batch_size: int = 16
+    epochs: int = 1
+    steps: int | None = None
+    lr: float = 1e-3
+    warmup_ratio: float = 0.1
+    lr_scheduler: str = "cosine"
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    max_tokens_per_rank: int = 16384
+    gradient_checkpointing: bool = False
+    fp32: bool = True
+    save_freq: int = -1
+    seed: int = 1
+
+
+@dataclass
+class SFTConfig:
+    """Everything ``verlog sft`` needs.
+
+    Attributes:
+        output_dir: checkpoints go to ``<output_dir>/checkpoints``, the exported model to ``<output_dir>/model``.
+        project, run_name: names for verl's tracking backends.
+        logger: verl's tracking backends (``console``, ``tensorboard``, ``wandb``, ...).
+        resume: continue from the newest checkpoint under ``output_dir`` (verl's ``resume_mode=auto``).
+        verl: extra overrides of verl's SFT config, ``"key=value"`` strings, applied last.
+    """
+
+    output_dir: str = "outputs/sft"
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    project: str = "verlog-sft"
+    run_name: str = "sft"
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    resume: bool = False
+    verl: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        """Raise :class:`SFTConfigError` on values verl would reject late or silently misuse."""
+        t = self.train
+        if self.data.loss_on not in ("last", "all"):
+            raise SFTConfigError(f"data.loss_on must be 'last' or 'all', got {self.data.loss_on!r}")
+        if self.data.max_length < 8:
+            raise SFTConfigError(f"data.max_length must be >= 8 tokens, got {self.data.max_length}")
+        if t.nproc < 1:
+            raise SFTConfigError(f"train.nproc must be >= 1, got {t.nproc}")
+        if t.batch_size < 1 or t.batch_size % t.nproc:
+            raise SFTConfigError(
+                f"train.batch_size ({t.batch_size}) must be a positive multiple of train.nproc ({t.nproc}): each "
+                "rank takes batch_size / nproc rows per step"
+            )
+        if t.steps is not None and t.steps < 1:
+            raise SFTConfigError(f"train.steps must be >= 1 or null, got {t.steps}")
+        if t.epochs < 1:
+            raise SFTConfigError(f"train.epochs must be >= 1, got {t.epochs}")
+        if t.lr <= 0 or not 0 <= t.warmup_ratio < 1:
+            raise SFTConfigError(f"need train.lr > 0 and 0 <= train.warmup_ratio < 1, got {t.lr}, {t.warmup_ratio}")
+        if t.lr_scheduler not in ("constant", "cosine"):
+            raise SFTConfigError(f"train.lr_scheduler must be 'constant' or 'cosine', got {t.lr_scheduler!r}")
+        if t.max_tokens_per_rank < self.data.max_length:
+            raise SFTConfigError(
+                f"train.max_tokens_per_rank ({t.max_tokens_per_rank}) is below data.max_length "
+                f"({self.data.max_length}): a row must fit in one micro-batch; raise it"
+            )
+        for item in self.verl:
+            if "=" not in item:
+                raise SFTConfigError(f"each entry of verl must be 'key=value' (a verl SFT override), got {item!r}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> SFTConfig:
+    """:class:`SFTConfig` from its defaults, a YAML file (optional) and ``key=value`` overrides, in that order.
+
+    Raises:
+        SFTConfigError: a key that :class:`SFTConfig` does not have, or a value of the wrong type.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = OmegaConf.structured(SFTConfig)
+        if path is not None:
+            if not Path(path).is_file():
+                raise SFTConfigError(f"SFT config file {str(path)!r} does not exist")
+            cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
+        if overrides:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+        config = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        raise SFTConfigError(f"bad SFT config ({exc}); see configs/sft/cpu.yaml and docs/sft.md for the keys") from exc
+    if not isinstance(config, SFTConfig):  # OmegaConf.to_object of a structured SFTConfig gives one
+        raise SFTConfigError(f"SFT config did not resolve to SFTConfig but {type(config).__name__}")
+    config.validate()
+    return config

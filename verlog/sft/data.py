@@ -1,0 +1,184 @@
+"""SFT data: checks against the model's chat template and length limit before launch; loss on the final answer.
+
+:class:`LastTurnSFTDataset` (verl's ``MultiTurnSFTDataset`` with the loss on the final assistant message only) is
+built on first attribute access, so importing this module does not import verl; verl loads it by name through
+``data.custom_cls`` (``pkg://verlog.sft.data``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verlog.sft.config import SFTDataConfig, SFTDataError
+
+
+@dataclass
+class DataReport:
+    """What :func:`check_data` found: row count and token lengths (chat template applied)."""
+
+    path: str
+    rows: int
+    max_tokens: int
+    mean_tokens: float
+    loss_tokens: int
+
+
+def resolve_data(data: SFTDataConfig) -> tuple[str, str | None]:
+    """The train and val parquet files of ``data`` (a demo folder gives its train.parquet and val.parquet)."""
+    from verlog.demos import TRAIN_FILE, VAL_FILE
+
+    train = Path(data.train)
+    val = Path(data.val) if data.val else None
+    if train.is_dir():
+        if val is None and (train / VAL_FILE).is_file():
+            val = train / VAL_FILE
+        train = train / TRAIN_FILE
+    if not train.is_file():
+        raise SFTDataError(f"data.train {str(train)!r} does not exist: run `verlog demos ... --out DIR` first")
+    if val is not None and not val.is_file():
+        raise SFTDataError(f"data.val {str(val)!r} does not exist")
+    return str(train), None if val is None else str(val)
+
+
+def _token_ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _check_template(tokenizer: Any, messages: list[dict[str, str]], where: str) -> None:
+    """verl tokenizes each message on its own and concatenates; that must equal the whole conversation's tokens."""
+    empty = [{"role": "user", "content": ""}]
+    one, two = _token_ids(tokenizer, empty), _token_ids(tokenizer, empty * 2)
+    system_prefix = len(one) - (len(two) - len(one))  # a default system prompt the template adds to every render
+    generation = _token_ids(tokenizer, empty, add_generation_prompt=True)[len(one) :]
+    pieces: list[int] = []
+    for i, message in enumerate(messages):
+        ids = _token_ids(tokenizer, [message])
+        if i and message["role"] != "system":
+            ids = ids[system_prefix:]
+        if message["role"] == "assistant" and ids[: len(generation)] != generation:
+            raise SFTDataError(
+                f"{where}: an assistant message does not start with the chat template's generation prompt "
+                f"{tokenizer.decode(generation)!r}, so the loss mask would cover prompt tokens: use a chat template "
+                "whose generation prompt opens the assistant turn (e.g. ChatML, as verlog.testing builds)"
+            )
+        pieces.extend(ids)
+    if pieces != _token_ids(tokenizer, messages):
+        raise SFTDataError(
+            f"{where}: the chat template renders messages differently alone than in a conversation, and verl's "
+            "SFT dataset tokenizes each message alone (it would fail with an input_ids mismatch); use a template "
+            "without per-position changes (e.g. ChatML)"
+        )
+
+
+def check_data(
+    path: str, tokenizer: Any, max_length: int, loss_on: str = "last", *, template_rows: int = 4
+) -> DataReport:
+    """Check an SFT parquet file against a tokenizer before launching verl.
+
+    Checks: a chat template exists; a ``messages`` column of ``{role, content}`` lists with roles system / user /
+    assistant and (for ``loss_on='last'``) an assistant message last; the first ``template_rows`` rows tokenize the
+    same message by message as whole (verl's dataset needs it); no row is longer than ``max_length`` tokens.
+
+    Raises:
+        SFTDataError: naming the file, the row and the fix.
+    """
+    import pandas as pd
+
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise SFTDataError(
+            f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template, so the demos cannot be "
+            "rendered as the rollout renders prompts: use a model folder with a chat template (verlog.testing."
+            "build_tiny_model writes ChatML) or set tokenizer.chat_template and save it"
+        )
+    frame = pd.read_parquet(path)
+    if "messages" not in frame.columns:
+        raise SFTDataError(
+            f"{path} has no 'messages' column (columns: {list(frame.columns)}): verl's SFT trainer reads chat "
+            "conversations from 'messages'; write the data with `verlog demos`"
+        )
+    if len(frame) == 0:
+        raise SFTDataError(f"{path} has no rows")
+    lengths: list[int] = []
+    loss_tokens = 0
+    for i, raw in enumerate(frame["messages"]):
+        messages = _as_messages(raw, f"{path} row {i}")
+        roles = [m["role"] for m in messages]
+        if "assistant" not in roles or (loss_on == "last" and roles[-1] != "assistant"):
+            want = "end with an assistant message" if loss_on == "last" else "hold an assistant message"
+            raise SFTDataError(f"{path} row {i}: roles {roles} do not {want}, so it has nothing to learn")
+        if i < template_rows:
+            _check_template(tokenizer, messages, f"{path} row {i}")
+        ids = _token_ids(tokenizer, messages)
+        lengths.append(len(ids))
+        loss_tokens += len(ids) - len(_token_ids(tokenizer, messages[:-1], add_generation_prompt=True))
+    over = [i for i, n in enumerate(lengths) if n > max_length]
+    if over:
+        longest = max(lengths)
+        raise SFTDataError(
+            f"{len(over)} of {len(lengths)} rows of {path} are longer than data.max_length = {max_length} tokens "
+            f"(longest: {longest} tokens, row {lengths.index(longest)}): raise data.max_length to at least "
+            f"{longest}, or make the demos with a smaller prompt budget (`verlog demos --max-prompt-tokens ... "
+            "--tokenizer MODEL`)"
+        )
+    return DataReport(path, len(lengths), max(lengths), sum(lengths) / len(lengths), loss_tokens)
+
+
+def _as_messages(raw: Any, where: str) -> list[dict[str, str]]:
+    items = list(raw) if raw is not None and not isinstance(raw, (str, bytes, dict)) else None
+    if not items:
+        raise SFTDataError(f"{where}: 'messages' must be a non-empty list of {{role, content}}, got {raw!r:.200}")
+    out = []
+    for m in items:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise SFTDataError(f"{where}: every message needs string 'role' and 'content', got {m!r:.200}")
+        if m["role"] not in ("system", "user", "assistant"):
+            raise SFTDataError(f"{where}: role {m['role']!r} is not one of system, user, assistant")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- dataset
+def _last_turn_dataset_class() -> type:
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    class LastTurnSFTDataset(MultiTurnSFTDataset):
+        """verl's MultiTurnSFTDataset with the loss on the final assistant message only.
+
+        ``loss_mask`` (shape ``[seq_len]``, 1 = token in the loss) keeps only its last run of ones: the final
+        assistant message (without its generation prompt); earlier assistant messages become context.
+        """
+
+        def __getitem__(self, item: int) -> dict[str, Any]:
+            row = super().__getitem__(item)
+            row["loss_mask"] = keep_last_run(row["loss_mask"])
+            return row
+
+    return LastTurnSFTDataset
+
+
+def keep_last_run(mask: Any) -> Any:
+    """A copy of the 0/1 ``mask`` (shape ``[seq_len]``) with only its last run of consecutive non-zeros kept."""
+    import torch
+
+    nz = torch.nonzero(mask).flatten()
+    out = torch.zeros_like(mask)
+    if nz.numel() == 0:
+        return out
+    end = int(nz[-1])
+    gaps = torch.nonzero(nz[1:] - nz[:-1] != 1).flatten()
+    start = int(nz[int(gaps[-1]) + 1]) if gaps.numel() else int(nz[0])
+    out[start : end + 1] = mask[start : end + 1]
+    return out
+
+
+def __getattr__(name: str) -> Any:
+    # verl loads the dataset class by name (data.custom_cls); build it on first use so that importing verlog.sft
+    # does not import verl.
+    if name == "LastTurnSFTDataset":
+        cls = _last_turn_dataset_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,262 @@
+"""Launching verl's SFT trainer under torchrun, following its progress, exporting the Hugging Face folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
+from verlog.sft.data import DataReport, check_data, resolve_data
+
+HF_EXPORT = "model"
+CHECKPOINTS = "checkpoints"
+METRICS_FILE = "sft_metrics.jsonl"
+_STEP_LINE = re.compile(r"(?:^|\W)step:(\d+) - (.*)$")  # tqdm may print its bar first on the line
+
+
+def verl_overrides(
+    config: SFTConfig, model_path: str, train_file: str, val_file: str | None, *, cpu: bool = True
+) -> list[str]:
+    """verl's SFT trainer overrides for ``config`` (docs/sft.md lists why each CPU one is needed); ``config.verl``
+    comes last, so a user's override wins."""
+    t = config.train
+    out = Path(config.output_dir).resolve()
+    overrides = [
+        f"data.train_files={train_file}",
+        f"data.val_files={val_file if val_file else 'null'}",
+        f"data.train_batch_size={t.batch_size}",
+        f"data.max_length={config.data.max_length}",
+        f"data.max_token_len_per_gpu={t.max_tokens_per_rank}",
+        "data.truncation=error",
+        "data.num_workers=0",
+        f"model.path={model_path}",
+        "model.use_remove_padding=False",
+        "+model.override_config.attn_implementation=sdpa",
+        f"model.enable_gradient_checkpointing={t.gradient_checkpointing}",
+        "engine.strategy=fsdp2",
+        "engine.use_torch_compile=False",
+        f"optim.lr={t.lr}",
+        f"optim.lr_warmup_steps_ratio={t.warmup_ratio}",
+        f"optim.lr_scheduler_type={t.lr_scheduler}",
+        f"optim.weight_decay={t.weight_decay}",
+        f"optim.clip_grad={t.clip_grad}",
+        f"trainer.default_local_dir={out / CHECKPOINTS}",
+        f"trainer.project_name={config.project}",
+        f"trainer.experiment_name={config.run_name}",
+        f"trainer.total_epochs={t.epochs}",
+        f"trainer.total_training_steps={t.steps if t.steps is not None else 'null'}",
+        f"trainer.save_freq={t.save_freq}",
+        f"trainer.seed={t.seed}",
+        f"trainer.n_gpus_per_node={t.nproc}",
+        f"trainer.logger=[{','.join(config.logger)}]",
+        f"trainer.resume_mode={'auto' if config.resume else 'disable'}",
+        "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+    ]
+    if t.fp32:
+        overrides.append("+engine.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}")
+    if config.data.loss_on == "last":
+        overrides += ["data.custom_cls.path=pkg://verlog.sft.data", "data.custom_cls.name=LastTurnSFTDataset"]
+    if cpu:  # else step 1 fails in SFTTrainer._get_batch_seqlens ("Torch not compiled with CUDA enabled")
+        overrides.append("trainer.device=cpu")
+    return overrides + list(config.verl)
+
+
+def build_command(config: SFTConfig, model_path: str, train_file: str, val_file: str | None, cpu: bool) -> list[str]:
+    """The torchrun command line of the run (``trainer.device=cpu`` on the CPU route)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={config.train.nproc}",
+        "-m",
+        "verlog.sft" if cpu else "verl.trainer.sft_trainer",
+    ]
+    return cmd + verl_overrides(config, model_path, train_file, val_file, cpu=cpu)
+
+
+def prepare_model(config: SFTModelConfig) -> str:
+    """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set."""
+    path = Path(config.path)
+    if (path / "config.json").is_file():
+        return str(path.resolve())
+    if config.build_tiny:
+        from verlog.testing import DEFAULT_CORPUS, build_tiny_model
+
+        corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
+        print(f"[verlog sft] building a tiny model at {path}", flush=True)
+        build_tiny_model(path, corpus=corpus, **dict(config.tiny))
+        return str(path.resolve())
+    if config.path.startswith((".", "/")) or path.exists():
+        raise SFTConfigError(
+            f"model.path {config.path!r} is not a model folder (no config.json): give one, or set "
+            "model.build_tiny=true to build a tiny model there"
+        )
+    return config.path
+
+
+@dataclass
+class SFTResult:
+    """What a run produced."""
+
+    model_dir: str
+    checkpoint_dir: str
+    steps: int
+    losses: list[float]
+    val_losses: list[float]
+    data: DataReport
+    wall_s: float
+    command: list[str]
+
+
+def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str]:
+    """Check the data, launch verl's SFT trainer, export ``<output_dir>/model``; ``dry_run`` returns the command.
+
+    Raises:
+        SFTDataError / SFTConfigError: before anything is launched.
+        SFTRunError: verl's trainer exited with an error or saved no Hugging Face folder.
+    """
+    from transformers import AutoTokenizer
+
+    config.validate()
+    train_file, val_file = resolve_data(config.data)
+    model_path = prepare_model(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
+    if val_file:
+        val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
+        if val_rows < config.train.batch_size:  # verl would average zero batches: val/loss nan
+            print(f"[verlog sft] {val_file} has {val_rows} rows < train.batch_size: no validation", flush=True)
+            val_file = None
+    if report.rows < config.train.batch_size:
+        raise SFTConfigError(
+            f"{train_file} has {report.rows} rows, fewer than train.batch_size = {config.train.batch_size}: verl "
+            "drops incomplete batches, so no step would run; lower train.batch_size or make more demos"
+        )
+    t = config.train
+    steps_per_epoch = (report.rows // t.nproc) // (t.batch_size // t.nproc)  # each rank drops its incomplete batch
+    if t.steps is not None and t.steps > t.epochs * steps_per_epoch:  # verl stops after the epochs, saving nothing
+        t.epochs = -(-t.steps // steps_per_epoch)
+        print(f"[verlog sft] train.steps = {t.steps} needs {t.epochs} epochs of {steps_per_epoch} steps", flush=True)
+    from verlog.platform import enable_cpu_platform
+
+    cpu = enable_cpu_platform()
+    command = build_command(config, model_path, train_file, val_file, cpu)
+    if dry_run:
+        return command
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"[verlog sft] {report.rows} rows (mean {report.mean_tokens:.0f} tokens, longest {report.max_tokens}), "
+        f"{'CPU' if cpu else 'GPU'} x {config.train.nproc}, loss on {config.data.loss_on} assistant message(s)",
+        flush=True,
+    )
+    start = time.perf_counter()
+    losses, val_losses, last_step, tail = _stream(command, out / METRICS_FILE)
+    wall = time.perf_counter() - start
+    if tail is not None:
+        raise SFTRunError(f"verl's SFT trainer failed ({tail[0]}); its last output lines:\n{tail[1]}")
+    checkpoint = _latest_checkpoint(out / CHECKPOINTS)
+    model_dir = export_hf_model(checkpoint / "huggingface", out / HF_EXPORT, tokenizer_from=model_path)
+    print(f"[verlog sft] done in {wall:.0f} s: model in {model_dir} (use it as model.path of `verlog train`)")
+    return SFTResult(str(model_dir), str(checkpoint), last_step, losses, val_losses, report, wall, command)
+
+
+def _stream(command: list[str], metrics_path: Path) -> tuple[list[float], list[float], int, tuple[str, str] | None]:
+    """Run ``command``, echo its output, collect ``train/loss`` and ``val/loss`` per step into ``metrics_path``."""
+    env = dict(os.environ)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("WANDB_MODE", "disabled")
+    losses: list[float] = []
+    val_losses: list[float] = []
+    last_step = 0
+    recent: list[str] = []
+    with (
+        open(metrics_path, "w") as metrics,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            recent = [*recent[-39:], line.rstrip("\n")]
+            match = _STEP_LINE.search(line.rstrip())
+            if not match:
+                continue
+            step, fields = int(match.group(1)), _parse_fields(match.group(2))
+            last_step = max(last_step, step)
+            if "train/loss" in fields:
+                losses.append(fields["train/loss"])
+            if "val/loss" in fields:
+                val_losses.append(fields["val/loss"])
+            metrics.write(json.dumps({"step": step, **fields}) + "\n")
+            metrics.flush()
+        code = proc.wait()
+    failure = None if code == 0 else (f"exit code {code}", "\n".join(recent))
+    return losses, val_losses, last_step, failure
+
+
+def _parse_fields(text: str) -> dict[str, float]:
+    fields = {}
+    for part in text.split(" - "):
+        key, _, value = part.partition(":")
+        try:
+            fields[key.strip()] = float(value)
+        except ValueError:
+            continue
+    return fields
+
+
+def _latest_checkpoint(root: Path) -> Path:
+    steps = sorted(
+        (int(p.name.rsplit("_", 1)[1]), p) for p in root.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit()
+    )
+    if not steps or not (steps[-1][1] / "huggingface" / "config.json").is_file():
+        raise SFTRunError(f"verl saved no Hugging Face checkpoint under {root} (expected global_step_K/huggingface)")
+    return steps[-1][1]
+
+
+def export_hf_model(source: str | Path, dest: str | Path, tokenizer_from: str | None = None) -> Path:
+    """Copy verl's ``huggingface`` checkpoint folder to ``dest`` with ``config.json``'s dtype set to the stored one.
+
+    verl writes ``dtype: bfloat16`` whatever the weights are; transformers 5 and vLLM would then load float32
+    weights as bf16. The tokenizer files come from ``tokenizer_from`` when the checkpoint has none.
+    """
+    src, out = Path(source), Path(dest)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(src, out)
+    stored = _stored_dtype(out)
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    if stored is not None:
+        config["dtype"] = stored
+        config.pop("torch_dtype", None)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if tokenizer_from is not None and not (out / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
+    return out
+
+
+def _stored_dtype(folder: Path) -> str | None:
+    """The dtype of the first floating tensor in the folder's safetensors (as a transformers dtype name)."""
+    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+    for file in sorted(folder.glob("*.safetensors")):
+        with open(file, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        for key, info in header.items():
+            if key != "__metadata__" and info.get("dtype") in names:
+                return names[info["dtype"]]
+    return None
