@@ -305,3 +305,13 @@ def test_piece_encoder_switches_off_when_pieces_differ():
     assert encoder.encode("ab<s>cd") == [7]  # checked against the whole text, found different
     assert not encoder.enabled and encoder.encode("ab<s>c") == [6]
     assert not _PieceEncoder(_CountingTokenizer(lstrip=True)).enabled
+
+
+def test_cached_prompt_ids_stay_exact_after_the_checks(tokenizer):
+    memory = SlidingMemory(n=2)
+    memory.reset(INSTRUCTION)
+    for t in range(15):  # more prompts than the encoder's self-checks
+        memory.observe(f"a wall {t} steps forward\n a red ball  {t % 3} step left ", short_term=f"health: {t}/9")
+        built = memory.build_prompt(tokenizer)
+        assert built.token_ids == tokenizer.encode(built.text, add_special_tokens=False)
+        memory.record(f"THINK: step {t}.\nACTION: go forward ", "go forward")
