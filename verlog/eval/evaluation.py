@@ -27,7 +27,7 @@ from verlog.eval.report import (
     write_summary,
 )
 from verlog.eval.runner import EpisodeRecord, run_episodes
-from verlog.logs import TurnLogWriter
+from verlog.logs import TurnLogWriter, iter_turn_logs
 from verlog.rollout.generator import SamplingConfig
 
 
@@ -76,6 +76,8 @@ def evaluate(
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
+    if log_turns and resume:
+        _keep_finished_turns(out / TURNS_FILE, {r.episode_id for r in previous})
     writer = TurnLogWriter(out / TURNS_FILE, append=resume) if log_turns else None
     try:
         new = run_episodes(
@@ -118,3 +120,12 @@ def evaluate(
     )
     write_summary(out, summary)
     return summary
+
+
+def _keep_finished_turns(path: Path, finished: set[str]) -> None:
+    """Drop the turns of episodes an interruption left unfinished (they are played again from their start)."""
+    if not path.exists():
+        return
+    kept = [t for t in iter_turn_logs(path) if t.episode_id in finished]
+    with TurnLogWriter(path) as writer:
+        writer.write_all(kept)

@@ -13,7 +13,7 @@ from envs.core import TextEnv, TextObservation
 from verlog.eval import EvalProtocol, evaluate, read_episode_records, run_episodes
 from verlog.eval.engine import LoadedModel
 from verlog.eval.protocol import EvalProtocolError
-from verlog.logs import TurnLogWriter, group_episodes, read_turn_logs
+from verlog.logs import TurnLog, TurnLogWriter, group_episodes, read_turn_logs
 from verlog.rollout.generator import Generation, GenerationRequest, SamplingConfig
 
 GOAL = 4
@@ -158,8 +158,9 @@ def test_evaluate_writes_files_and_resumes(tokenizer: Any, tmp_path: Path) -> No
     model = LoadedModel(ScriptedGenerator(tokenizer), tokenizer, tmp_path, "scripted", "float32", "cpu")
     protocol = EvalProtocol(("evaltest/corridor",), episodes_per_task=2, seed_start=0)
     out = tmp_path / "eval"
-    summary = evaluate(protocol, model, SAMPLING, out, n_resamples=200)
+    summary = evaluate(protocol, model, SAMPLING, out, n_resamples=200, log_turns=True)
     assert summary["protocol"]["seeds"] == [0, 1]
+    assert len(read_turn_logs(out / "turns.jsonl")) == 4 + 3
     assert summary["environments"]["evaltest"]["tasks"]["corridor"]["success_rate"] == 1.0
     assert len(read_episode_records(out)) == 2
     with pytest.raises(EvalProtocolError, match="--resume"):
@@ -167,7 +168,11 @@ def test_evaluate_writes_files_and_resumes(tokenizer: Any, tmp_path: Path) -> No
     # resume with two more episodes: only the new ones are played
     bigger = EvalProtocol(("evaltest/corridor",), episodes_per_task=4, seed_start=0)
     model.generator = gen = ScriptedGenerator(tokenizer)
-    summary = evaluate(bigger, model, SAMPLING, out, resume=True, n_resamples=200)
+    with TurnLogWriter(out / "turns.jsonl", append=True) as log:  # an episode an interruption cut short
+        log.write(TurnLog(episode_id="evaltest/corridor/run_02", turn=0, response="half-played"))
+    summary = evaluate(bigger, model, SAMPLING, out, resume=True, n_resamples=200, log_turns=True)
     assert summary["episodes"] == 4 and summary["episodes_resumed"] == 2
+    turns = group_episodes(read_turn_logs(out / "turns.jsonl"))
+    assert {k: len(v) for k, v in turns.items()} == {f"evaltest/corridor/run_0{i}": 4 - i % 3 for i in range(4)}
     assert gen.batch_sizes[0] == 2
     assert sorted(r.seed for r in read_episode_records(out / "episodes.jsonl")) == [0, 1, 2, 3]  # finishing order
