@@ -10,7 +10,9 @@ Start-up is timed apart. The three modes run side by side in interleaved rounds 
 actions drawn from each env's valid actions with a fixed seed), so a change in machine load hits them alike;
 "vs plain" is the median over rounds of the mode's rate divided by the plain loop's rate in the same round.
 The ratio (c) / (a) is what the issue's targets refer to (Crafter >= 1.4x, BabyAI >= 0.5x on 2 cores). On a
-machine shared with other jobs the numbers move: the load average is printed with them.
+machine shared with other jobs the numbers move: the load average is printed with them, and so are the CPU seconds
+each mode spent per env step (parent and workers, from psutil) and the throughput they imply on idle cores
+("idle-core proj.": n_envs / (parent CPU per pool step + the busiest worker's CPU per pool step)).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 
 # bench/envs.py would shadow the envs package when this script runs from bench/: drop the script's folder.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import psutil  # noqa: E402
 
 import envs  # noqa: E402
 from envs.pool import EnvPool  # noqa: E402
@@ -67,31 +71,49 @@ def run_game(env_id: str, n_envs: int, workers: int, steps: int, rounds: int) ->
     startup["workers"] = time.perf_counter() - start
     modes = {"plain": plain_step, "in-process": local.step, "workers": remote.step}
     rates: dict[str, list[float]] = {name: [] for name in modes}
+    parent = psutil.Process()
+    worker_procs = [psutil.Process(pid) for pid in remote.worker_pids()]
+    cpu = {name: [0.0, [0.0] * len(worker_procs)] for name in modes}  # parent s, per-worker s
     try:
         for step_all in modes.values():  # warm-up
             for actions in plan[:5]:
                 step_all(actions)
         for _ in range(rounds):
             for name, step_all in modes.items():
+                p0, w0 = _cpu(parent), [_cpu(w) for w in worker_procs]
                 start = time.perf_counter()
                 for actions in plan:
                     step_all(actions)
                 rates[name].append(len(plan) * n_envs / (time.perf_counter() - start))
+                cpu[name][0] += _cpu(parent) - p0
+                cpu[name][1] = [c + _cpu(w) - b for c, w, b in zip(cpu[name][1], worker_procs, w0)]
     finally:
         local.close()
         remote.close()
         for env in plain_envs:
             env.close()
     out = {}
+    pool_steps = rounds * len(plan)
     for name, values in rates.items():
         ratios = [v / p for v, p in zip(values, rates["plain"])]
+        parent_s, worker_s = cpu[name][0] / pool_steps, [w / pool_steps for w in cpu[name][1]]
         out[name] = {
             "best": max(values),
             "median": statistics.median(values),
             "ratio": statistics.median(ratios),
             "startup": startup[name],
+            "cpu_ms": 1e3 * (parent_s + sum(worker_s)) / n_envs,  # CPU per env step, all processes
+            # On idle cores: the parent's share runs alone, the workers' shares in parallel.
+            "projected": n_envs / (parent_s + max(worker_s, default=0.0)),
         }
+    for name in out:
+        out[name]["projected_ratio"] = out[name]["projected"] / out["plain"]["projected"]
     return out
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def main() -> None:
@@ -106,7 +128,10 @@ def main() -> None:
     default_steps = {"crafter/default": 100, "babyai/goto": 400}
     rounds = 2 if args.quick else args.rounds
     print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}")
-    header = f"{'game':<17}{'mode':<22}{'best steps/s':>13}{'median':>9}{'vs plain':>10}{'start-up s':>12}"
+    header = (
+        f"{'game':<17}{'mode':<22}{'best steps/s':>13}{'median':>9}{'vs plain':>10}{'start-up s':>12}"
+        f"{'cpu ms/step':>12}{'idle-core proj.':>16}"
+    )
     print(header)
     for env_id in args.games:
         steps = args.steps or default_steps.get(env_id, 200)
@@ -121,7 +146,7 @@ def main() -> None:
         for name, row in result.items():
             print(
                 f"{env_id:<17}{labels[name]:<22}{row['best']:>13.0f}{row['median']:>9.0f}{row['ratio']:>9.2f}x"
-                f"{row['startup']:>12.2f}"
+                f"{row['startup']:>12.2f}{row['cpu_ms']:>12.3f}{row['projected']:>9.0f} {row['projected_ratio']:>5.2f}x"
             )
         target = TARGETS.get(env_id)
         if target is not None:
