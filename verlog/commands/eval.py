@@ -76,9 +76,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"verlog eval: {exc}", file=sys.stderr)
         return 2
     n_episodes = len(protocol.episodes())
+    seed_list = protocol.seed_list()
+    seeds_text = f"seeds {seed_list[0]}..{seed_list[-1]}" if seeds is None else f"{len(seed_list)} explicit seeds"
     print(
         f"verlog eval: {len(protocol.tasks)} task(s) x {protocol.episodes_per_task} episodes = {n_episodes}, "
-        f"seeds {protocol.seed_list()[0]}..{protocol.seed_list()[-1]}, engine {args.engine}",
+        f"{seeds_text}, engine {args.engine}",
         flush=True,
     )
     try:
