@@ -317,7 +317,7 @@ class _PieceEncoder:
     switches itself off on any difference.
     """
 
-    def __init__(self, tokenizer: ChatTokenizer, max_pieces: int = 1024, checks: int = 8) -> None:
+    def __init__(self, tokenizer: ChatTokenizer, max_pieces: int = 4096, checks: int = 8) -> None:
         self.tokenizer = tokenizer
         self.max_pieces = max_pieces
         self.checks = checks
