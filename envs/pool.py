@@ -113,6 +113,8 @@ class EnvPool:
         seed: seeds the per-slot seed streams used when ``reset`` is called without seeds.
         keep_images: send ``TextObservation.image`` back from the workers (dropped by default: it costs pickling).
         in_process: run the envs in this process (debugging; hangs and hard exits are not caught).
+
+    Not thread-safe: use a pool from one thread.
     """
 
     def __init__(

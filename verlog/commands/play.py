@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import sys
 from typing import Any, TextIO
@@ -108,6 +109,20 @@ def play(
             ["Actions (type the name or its number):", *lines, "Commands: :help  :info  :reset  :q (quit)"]
         )
 
+    interactive = stdin is sys.stdin and stdout is sys.stdout and stdin.isatty()
+    if interactive:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401  (line editing and history for input())
+
+    def read_line(prompt: str) -> str:
+        if interactive:
+            try:
+                return input(prompt) + "\n"
+            except EOFError:
+                return ""
+        print(prompt, end="", file=stdout, flush=True)
+        return stdin.readline()
+
     finished = 0
     shown_instruction = None
     episode_return = 0.0
@@ -119,8 +134,7 @@ def play(
         say(f"--- Episode {finished + 1}, step {info.get('episode_step', 0)} ---\n{obs.text}")
         action = None
         while action is None:
-            print("action> ", end="", file=stdout, flush=True)
-            line = stdin.readline()
+            line = read_line("action> ")
             if not line:  # end of input
                 say("\n(end of input) bye")
                 return 0
