@@ -32,6 +32,7 @@ echo "[quickstart] training a tiny model on babyai/goto for $ITERATIONS PPO iter
     output_dir="$OUTPUT_DIR" \
     iterations="$ITERATIONS" \
     env=babyai_goto \
+    env.kwargs.max_steps=6 \
     model=tiny-cpu \
     hardware=cpu \
     rollout.num_slots=4 \
