@@ -4,7 +4,7 @@
   The start cell is drawn from the seed, so seeds matter and episodes are reproducible.
 - :class:`FaultyCorridor`: the same game with extra actions that misbehave on purpose: ``crash`` raises,
   ``exit`` kills the process with ``os._exit``, ``hang`` sleeps forever, ``interrupt`` raises KeyboardInterrupt,
-  ``unpicklable`` returns a lambda in info.
+  ``unpicklable`` returns a lambda in info, ``slow`` takes 0.6 s.
 - :class:`UnseededCorridor`: a corridor whose observations no seed reproduces (replay after a restart fails).
 - :func:`frozen_lake_text`: gymnasium's FrozenLake through :class:`envs.adapter.GymTextAdapter`.
 """
@@ -67,7 +67,7 @@ class Corridor(TextEnv):
 class FaultyCorridor(Corridor):
     """Corridor plus ``crash`` (raises), ``exit`` (``os._exit(3)``) and ``hang`` (sleeps forever)."""
 
-    base_actions: ClassVar[list[str]] = ["left", "right", "crash", "exit", "hang", "interrupt", "unpicklable"]
+    base_actions: ClassVar[list[str]] = ["left", "right", "crash", "exit", "hang", "interrupt", "unpicklable", "slow"]
 
     def _game_step(self, action: str) -> tuple[TextObservation, float, bool, dict]:
         if action == "crash":
@@ -77,6 +77,9 @@ class FaultyCorridor(Corridor):
         if action == "unpicklable":  # moves left and puts a lambda into info: a worker cannot send it back
             obs, reward, done, _ = super()._game_step("left")
             return obs, reward, done, {"callback": lambda: None}
+        if action == "slow":  # a slow but finite step (0.6 s), then "left"
+            time.sleep(0.6)
+            return super()._game_step("left")
         if action == "interrupt":
             raise KeyboardInterrupt  # what Ctrl-C looks like in an in-process pool
         if action == "hang":

@@ -129,6 +129,18 @@ def test_injected_hang_times_out_and_neighbours_continue(faulty_pool: EnvPool) -
     assert not _alive([before[1]])
 
 
+def test_timeout_is_per_env_call_not_per_batch(faulty_pool: EnvPool) -> None:
+    """Two 0.6 s steps in one worker's batch (1.2 s) under a 1 s step_timeout: slow, not hung."""
+    faulty_pool.reset(seeds=2)
+    faulty_pool.step_timeout = 1.0
+    try:
+        result = faulty_pool.step(["slow", "slow", "left", "left"])
+    finally:
+        faulty_pool.step_timeout = 3.0
+    assert all("env_error" not in r[4] for r in result)
+    assert [r[4]["action"] for r in result] == ["slow", "slow", "left", "left"]
+
+
 def test_unpicklable_step_result_raises_clearly_and_the_call_is_undone(faulty_pool: EnvPool) -> None:
     with EnvPool("test/corridor", num_envs=4, in_process=True) as reference:
         faulty_pool.reset(seeds=1)
