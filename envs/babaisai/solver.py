@@ -147,6 +147,18 @@ class _Heuristic:
         return any(cells[j] and cells[j][-1] >= TEXT for j in range(n + step, s, step))
 
 
+def _plan_to(state: Cells, parents: dict[Cells, tuple[Cells | None, int]]) -> list[int]:
+    """The actions that lead from the search's start to ``state``, following the parent links back."""
+    plan: list[int] = []
+    key: Cells | None = state
+    while key is not None:
+        parent, move = parents[key]
+        if parent is not None:
+            plan.append(move)
+        key = parent
+    return plan[::-1]
+
+
 def solve_board(
     cells: Cells,
     width: int,
@@ -184,14 +196,7 @@ def solve_board(
         for action in (1, 2, 3, 4):
             nxt, nxt_rules, won, lost = advance(state, state_rules, action, width)
             if won:
-                plan = [action]
-                key: Cells | None = state
-                while key is not None:
-                    parent, move = parents[key]
-                    if parent is not None:
-                        plan.append(move)
-                    key = parent
-                return plan[::-1]
+                return [*_plan_to(state, parents), action]
             if lost or nxt == state:
                 continue
             if nxt in best_g and best_g[nxt] <= g + 1:
@@ -243,14 +248,7 @@ def shortest_plan(cells: Cells, width: int, max_len: int, *, node_limit: int = D
             for action in (1, 2, 3, 4):
                 nxt, nxt_rules, won, lost = advance(state, state_rules, action, width)
                 if won:
-                    plan = [action]
-                    key: Cells | None = state
-                    while key is not None:
-                        parent, move = parents[key]
-                        if parent is not None:
-                            plan.append(move)
-                        key = parent
-                    return plan[::-1]
+                    return [*_plan_to(state, parents), action]
                 if lost or nxt in parents or not you_cells(nxt, nxt_rules):
                     continue
                 parents[nxt] = (state, action)

@@ -67,26 +67,37 @@ def expand_tasks(names: Iterable[str], registered: Sequence[str] | None = None) 
     return out
 
 
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One evaluation episode: which env, which seed, its index within the task."""
+class EpisodeNaming:
+    """Names derived from ``env_id`` and ``episode_index`` (shared by episode specs and episode records)."""
 
     env_id: str
     episode_index: int
-    seed: int
 
     @property
     def env_name(self) -> str:
+        """The env family, e.g. ``babyai``."""
         return split_task(self.env_id)[0]
+
+    env = env_name
 
     @property
     def task(self) -> str:
+        """The task within the family, e.g. ``goto``."""
         return split_task(self.env_id)[1]
 
     @property
     def episode_id(self) -> str:
         """A stable name, e.g. ``babyai/goto/run_03``."""
         return f"{self.env_id}/run_{self.episode_index:02d}"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec(EpisodeNaming):
+    """One evaluation episode: which env, which seed, its index within the task."""
+
+    env_id: str
+    episode_index: int
+    seed: int
 
 
 @dataclass(frozen=True)

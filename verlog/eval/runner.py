@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from verlog.eval.protocol import EpisodeSpec, split_task
+from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
 from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
 from verlog.memory import SlidingMemory
 from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
@@ -26,7 +26,7 @@ ENV_STAT_KEYS = ("mission", "score", "achievements")
 
 
 @dataclass
-class EpisodeRecord:
+class EpisodeRecord(EpisodeNaming):
     """The outcome of one evaluation episode (one line of ``episodes.jsonl``).
 
     Attributes:
@@ -62,18 +62,6 @@ class EpisodeRecord:
     action_frequency: dict[str, int] = field(default_factory=dict)
     env_stats: dict[str, Any] = field(default_factory=dict)
     wall_time_s: float = 0.0
-
-    @property
-    def env(self) -> str:
-        return split_task(self.env_id)[0]
-
-    @property
-    def task(self) -> str:
-        return split_task(self.env_id)[1]
-
-    @property
-    def episode_id(self) -> str:
-        return f"{self.env_id}/run_{self.episode_index:02d}"
 
     @property
     def valid_action_rate(self) -> float:
