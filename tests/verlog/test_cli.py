@@ -55,3 +55,20 @@ def test_readme_two_commands_are_make_run_and_make_test() -> None:
     assert "recipes/cpu/quickstart.sh" in makefile
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^\s*make test\b", ci, re.M), ".ci/run must call README's test command"
+
+
+def test_envs_subcommand_lists_the_builtin_ids(capsys) -> None:
+    assert main(["envs"]) == 0
+    ids = capsys.readouterr().out.split()
+    for env_id in ("babyai/goto", "babyai/pick_up_seq_go_to", "crafter/default", "babaisai/two_room-goto_win"):
+        assert env_id in ids
+    assert main(["envs", "--prefix", "crafter/"]) == 0
+    assert capsys.readouterr().out.split() == ["crafter/default"]
+
+
+def test_tiny_model_subcommand_writes_a_loadable_folder(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    assert main(["tiny-model", str(tmp_path / "m"), "--hidden-size", "96", "--num-heads", "3"]) == 0
+    config = AutoConfig.from_pretrained(tmp_path / "m")
+    assert (config.hidden_size, config.num_attention_heads) == (96, 3)
