@@ -27,10 +27,23 @@ def load_config(
     folder = Path(config_dir) if config_dir is not None else DEFAULT_CONFIG_DIR
     if not (folder / f"{config_name}.yaml").exists():
         raise FileNotFoundError(f"no {config_name}.yaml in {folder}; pass --config-dir with verlog's configs/ folder")
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    from verlog.overrides import explain_unknown_keys, group_choices, prepare_overrides
+
+    overrides = prepare_overrides(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(folder.resolve()), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides))
+            try:
+                return compose(config_name=config_name, overrides=list(overrides))
+            except (ConfigCompositionException, MissingConfigException) as exc:
+                # name the closest valid key / option (Hydra only says "Could not override")
+                base = compose(config_name=config_name, overrides=group_choices(overrides, folder))
+                error = explain_unknown_keys(overrides, base, folder)
+                if error is None:
+                    raise
+                raise error from exc
     finally:
         GlobalHydra.instance().clear()
 
@@ -41,13 +54,29 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--config-dir", default=None, help=f"config folder (default: {DEFAULT_CONFIG_DIR})")
     parser.add_argument("--config-name", default="train", help="root config name (default: train)")
     parser.add_argument("--print-config", action="store_true", help="print the composed config and exit")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and print the resolved config, the command and verl's derived keys; start nothing",
+    )
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
-    cfg = load_config(args.overrides, args.config_dir, args.config_name)
+    from verlog.errors import VerlogError
+
+    try:
+        cfg = load_config(args.overrides, args.config_dir, args.config_name)
+        if getattr(args, "dry_run", False):
+            from verlog.dry_run import describe_run
+
+            print(describe_run(cfg, args.overrides, args.config_dir, args.config_name), flush=True)
+            return 0
+    except VerlogError as exc:
+        print(f"verlog train: error: {exc}", file=sys.stderr)
+        return 2
     if args.print_config:
         print(OmegaConf.to_yaml(cfg, resolve=True))
         return 0

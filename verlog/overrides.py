@@ -1,0 +1,120 @@
+"""Command-line overrides of verlog's Hydra configs: ``verl.*`` pass-through and "did you mean" key errors.
+
+Hydra rejects an override of a key the composed config does not have (``rollout.num_slot=4``) with "Could not
+override"; :func:`explain_unknown_keys` turns that into a :class:`ConfigKeyError` naming the closest valid key
+(:mod:`difflib`) and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through without Hydra's ``+``
+(verl's own config checks those keys when the trainer merges the ``verl:`` section).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verlog.errors import VerlogError
+
+# the section of verlog's config merged into verl's PPO config: any verl key may be set under it
+PASSTHROUGH_SECTION = "verl"
+_MISSING = object()
+
+
+class ConfigKeyError(VerlogError, ValueError):
+    """An override names a key (or a config-group option) that verlog's config does not have."""
+
+
+def prepare_overrides(overrides: Iterable[str]) -> list[str]:
+    """``overrides`` with ``verl.KEY=VALUE`` rewritten to ``++verl.KEY=VALUE`` (set or add under ``verl:``)."""
+    out = []
+    for item in overrides:
+        if item.startswith(PASSTHROUGH_SECTION + ".") and "=" in item:
+            item = "++" + item
+        out.append(item)
+    return out
+
+
+def flat_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of ``cfg`` (sections and leaves), e.g. ``["rollout", "rollout.num_slots", ...]``."""
+    keys: list[str] = []
+    if not isinstance(cfg, DictConfig):
+        return keys
+    for key in cfg.keys():
+        name = f"{prefix}{key}"
+        keys.append(name)
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig):
+            keys += flat_keys(child, name + ".")
+    return keys
+
+
+def closest_key(key: str, valid: Sequence[str]) -> str | None:
+    """The valid dotted key nearest to ``key``: by the whole path, else by the last part within the same section."""
+    match = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if match:
+        return match[0]
+    parent, _, leaf = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in valid if k.rpartition(".")[0] == parent}
+    match = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.5)
+    return siblings[match[0]] if match else None
+
+
+def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:
+    """The error text for an override of ``key`` that ``cfg`` lacks: the closest key, the section's keys, the fix."""
+    valid = [k for k in flat_keys(cfg) if not k.startswith(PASSTHROUGH_SECTION + ".")]
+    guess = closest_key(key, valid)
+    parent = key.rpartition(".")[0]
+    section = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    lines = [f"unknown config key {key!r} in override {override!r}."]
+    if guess is not None:
+        value = override.split("=", 1)[1] if "=" in override else "..."
+        lines.append(f"Did you mean {guess!r}? Write {guess}={value}")
+    if isinstance(section, DictConfig):
+        lines.append(f"Keys under {parent or 'the top level'}: {', '.join(str(k) for k in section.keys())}")
+    lines.append(
+        f"To add a key the configs do not define on purpose, prefix it with '+' (+{override.lstrip('+')}); "
+        "docs/configuration.md lists every key."
+    )
+    return "\n".join(lines)
+
+
+def group_options(config_dir: Path, group: str) -> list[str]:
+    """The options of config group ``group``: the ``*.yaml`` files in ``config_dir/group``."""
+    folder = config_dir / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def explain_unknown_keys(overrides: Sequence[str], base: DictConfig, config_dir: Path) -> ConfigKeyError | None:
+    """The first override in ``overrides`` that ``base`` (the config composed with the group choices only) cannot
+    take, as a :class:`ConfigKeyError`; None when every key and group option exists."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_add() or override.is_force_add() or override.package is not None:
+            continue
+        options = group_options(config_dir, key)
+        if options:
+            value = str(override.value()) if not override.is_delete() else ""
+            if value and value not in options:
+                close = difflib.get_close_matches(value, options, n=1, cutoff=0.5)
+                hint = f" Did you mean {key}={close[0]}?" if close else ""
+                return ConfigKeyError(
+                    f"no {key} config {value!r} in {config_dir / key}.{hint} Options: {', '.join(options)}"
+                )
+            continue
+        if OmegaConf.select(base, key, default=_MISSING) is _MISSING:
+            return ConfigKeyError(unknown_key_message(key, override.input_line, base))
+    return None
+
+
+def group_choices(overrides: Sequence[str], config_dir: Path) -> list[str]:
+    """The overrides in ``overrides`` that pick an existing config-group option (``env=babyai``)."""
+    picked = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if value and value in group_options(config_dir, key):
+            picked.append(item)
+    return picked
