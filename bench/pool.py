@@ -28,6 +28,7 @@ from pathlib import Path
 # bench/envs.py would shadow the envs package when this script runs from bench/: drop the script's folder.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 import envs  # noqa: E402
@@ -51,14 +52,17 @@ def run_game(env_id: str, n_envs: int, workers: int, steps: int, rounds: int) ->
     plan = action_plan(list(probe.actions), n_envs, steps)
     probe.close()
     plain_envs = [envs.make(env_id) for _ in range(n_envs)]
+    # The pool's seeding, so that all modes play the same episodes: slot i starts with seed i (reset(seeds=0)), and
+    # its later episodes take seeds from numpy.random.default_rng(i).
+    seed_rngs = [np.random.default_rng(i) for i in range(n_envs)]
     for i, env in enumerate(plain_envs):
         env.reset(seed=i)
 
     def plain_step(actions: list[str]) -> None:
-        for env, action in zip(plain_envs, actions):
+        for env, rng, action in zip(plain_envs, seed_rngs, actions):
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
-                env.reset()
+                env.reset(seed=int(rng.integers(0, 2**31 - 1)))
 
     startup = {"plain": 0.0}
     start = time.perf_counter()
