@@ -1,0 +1,95 @@
+# Shared by the GPU recipes in recipes/<env>/: sourced, not run. Reads the run's settings from the environment and
+# the recipe's arguments, and launches (or, with --dry-run, only prints) `python -m verlog.train`.
+#
+# Arguments of every recipe:  [--dry-run] [--help] [Hydra override ...]
+#   --dry-run   print the command and the resolved config (checked like a real launch) and start nothing:
+#               no GPU, Ray or model weights needed
+#   overrides   any key of configs/train.yaml, applied after the recipe's own (docs/configuration.md)
+#
+# Environment variables (all optional):
+#   MODEL_PATH      a local Hugging Face folder or a hub id (default: the recipe's model)
+#   GPUS_PER_NODE   GPUs per node (default: the recipe's)
+#   NNODES          nodes (default 1); more than one needs a Ray cluster (RAY_ADDRESS)
+#   OUTPUT_DIR      checkpoints, metrics.jsonl, rollout.jsonl, config.yaml (default: outputs/<recipe name>);
+#                   on a multi-node run it must be a folder every node can write (shared file system)
+#   TASK            the env task (default: the recipe's), e.g. TASK=pickup for BabyAI
+#   ITERATIONS      PPO iterations (default: the recipe's, Verlog's number)
+#   RAY_ADDRESS     attach to a running Ray cluster (host:6379, or "auto" on a cluster node); unset: a local Ray
+#                   on this node (or the cluster `ray start --head` started on this node, which Ray finds itself)
+#   PYTHON          the Python with verlog installed (default: .venv/bin/python of the repository if present,
+#                   else python3 on PATH)
+#
+# A Ray cluster (2 nodes):
+#   head node:    ray start --head --port=6379
+#   other nodes:  ray start --address=<head-ip>:6379
+#   then, on the head node:  RAY_ADDRESS=<head-ip>:6379 NNODES=2 bash recipes/<env>/<recipe>.sh
+# Every node needs the same verlog install and access to MODEL_PATH (a shared folder, or a hub id it can download).
+
+VERLOG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# verlog_recipe NAME DEFAULT_OUTPUT -- RECIPE_OVERRIDES... -- "$@"
+# Parses the user's arguments (after the second --), then runs or dry-runs verlog.train with
+# the recipe's overrides followed by the user's.
+verlog_recipe() {
+    local name="$1"
+    shift
+    local recipe=()
+    while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+        recipe+=("$1")
+        shift
+    done
+    [ "$#" -gt 0 ] && shift # the "--" between the recipe's overrides and the user's arguments
+    local dry_run=0 user=()
+    for arg in "$@"; do
+        case "$arg" in
+        --dry-run) dry_run=1 ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$0" | sed '$d'
+            return 0
+            ;;
+        *) user+=("$arg") ;;
+        esac
+    done
+
+    local python="${PYTHON:-}"
+    if [ -z "$python" ]; then
+        if [ -x "$VERLOG_ROOT/.venv/bin/python" ]; then
+            python="$VERLOG_ROOT/.venv/bin/python"
+        else
+            python="$(command -v python3 || true)"
+        fi
+    fi
+    if [ -z "$python" ]; then
+        echo "[$name] no Python found: install verlog (docs/install.md) and set PYTHON=/path/to/python" >&2
+        return 1
+    fi
+
+    local nnodes="${NNODES:-1}"
+    if [ -n "${RAY_ADDRESS:-}" ]; then
+        export RAY_ADDRESS
+    elif [ "$nnodes" != "1" ] && [ "$dry_run" = 0 ]; then
+        echo "[$name] NNODES=$nnodes needs a Ray cluster: run 'ray start --head --port=6379' on one node and" \
+            "'ray start --address=<head-ip>:6379' on the others, then set RAY_ADDRESS=<head-ip>:6379" >&2
+        return 1
+    fi
+    export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
+    export VLLM_NO_USAGE_STATS="${VLLM_NO_USAGE_STATS:-1}"
+    export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
+
+    local cmd=("$python" -m verlog.train "${recipe[@]}" "${user[@]}")
+    if [ "$dry_run" = 1 ]; then
+        echo "# recipe: $name (dry run)"
+        if [ -n "${RAY_ADDRESS:-}" ]; then
+            echo "# ray: attach to the cluster at $RAY_ADDRESS"
+        else
+            echo "# ray: a local Ray on this node (or the cluster 'ray start --head' started on it)"
+        fi
+        printf '# command:'
+        printf ' %q' "${cmd[@]}"
+        printf '\n'
+        "${cmd[@]}" --dry-run
+        return $?
+    fi
+    echo "[$name] ${cmd[*]}"
+    "${cmd[@]}"
+}
