@@ -52,6 +52,7 @@ def flat_keys(cfg: Any, prefix: str = "") -> list[str]:
 
 def closest_key(key: str, valid: Sequence[str]) -> str | None:
     """The valid dotted key nearest to ``key``: by the whole path, else by the last part within the same section."""
+    valid = [k for k in valid if not key.startswith(k + ".")]  # never the section the key is in
     match = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if match:
         return match[0]

@@ -1,0 +1,101 @@
+"""Config keys: misspelt overrides name the closest key, verl.* passes through, the saved config round-trips."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from verlog.dry_run import UnknownEnvIdError, describe_run
+from verlog.overrides import ConfigKeyError, closest_key
+from verlog.train import load_config, main
+
+
+@pytest.mark.parametrize(
+    ("override", "closest"),
+    [
+        ("rollout.num_slot=4", "rollout.num_slots"),
+        ("iteration=10", "iterations"),
+        ("algorithm.critic_warmpu=3", "algorithm.critic_warmup"),
+        ("env.kwargs.format_penality=0.2", "env.kwargs.format_penalty"),
+        ("memory.keep_reasoning=2", "memory.keep_reasoning_turns"),
+    ],
+)
+def test_misspelt_key_names_the_closest_key(override, closest):
+    with pytest.raises(ConfigKeyError) as info:
+        load_config([override])
+    message = str(info.value)
+    key = override.split("=")[0]
+    assert f"unknown config key {key!r}" in message
+    assert f"Did you mean {closest!r}? Write {closest}={override.split('=')[1]}" in message
+    assert f"+{override}" in message  # how to add a new key on purpose
+
+
+def test_unknown_key_with_no_close_match_lists_the_section():
+    with pytest.raises(ConfigKeyError, match="Keys under rollout: num_slots, turns_per_slot") as info:
+        load_config(["rollout.zzzzzz=1"])
+    assert "Did you mean" not in str(info.value)
+
+
+def test_misspelt_group_option_names_the_closest_option():
+    with pytest.raises(ConfigKeyError, match=r"Did you mean hardware=8xh100\?"):
+        load_config(["hardware=8xh10"])
+    with pytest.raises(ConfigKeyError, match=r"Did you mean model=qwen2.5-7b-instruct\?"):
+        load_config(["model=qwen2.5-7b-instruc"])
+
+
+def test_key_of_another_group_option_is_found_after_the_choice():
+    cfg = load_config(["env=crafter", "env.kwargs.achievements=remaining"])
+    assert cfg.env.kwargs.achievements == "remaining"
+    with pytest.raises(ConfigKeyError, match=r"Did you mean 'env\.kwargs\.achievements'"):
+        load_config(["env=crafter", "env.kwargs.achievement=remaining"])
+
+
+def test_plus_still_adds_and_verl_keys_pass_through():
+    cfg = load_config(["+env.kwargs.invalid_action_feedback=true", "verl.trainer.max_actor_ckpt_to_keep=2"])
+    assert cfg.env.kwargs.invalid_action_feedback is True
+    assert cfg.verl.trainer.max_actor_ckpt_to_keep == 2
+
+
+def test_closest_key_prefers_the_same_section():
+    valid = ["rollout.num_slots", "rollout.turns_per_slot", "seed"]
+    assert closest_key("rollout.slots", valid) == "rollout.num_slots"
+    assert closest_key("nothing.like.it", valid) is None
+
+
+def test_cli_prints_the_error_without_a_traceback(capsys):
+    assert main(["rollout.num_slot=4", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verlog train: error: unknown config key 'rollout.num_slot'") and "Traceback" not in err
+
+
+def test_dry_run_checks_the_env_id():
+    with pytest.raises(UnknownEnvIdError, match="Did you mean babyai/pickup"):
+        describe_run(load_config(["env=babyai", "env.task=pickupp"]))
+
+
+def test_every_env_config_builds_its_env():
+    import envs
+
+    for env_cfg in ("babyai", "babaisai", "crafter", "babyai_goto"):
+        cfg = load_config([f"env={env_cfg}"])
+        env = envs.make(str(cfg.env.id), **OmegaConf.to_container(cfg.env.kwargs))
+        env.reset(seed=0)
+        assert env.format_penalty == 0.1 and env.binary_reward is (env_cfg != "crafter")
+
+
+def test_saved_resolved_config_round_trips(tmp_path, capsys):
+    overrides = ["env=babaisai", "env.task=two_room-goto_win", "model=qwen2.5-3b-instruct", "hardware=4xa40"]
+    cfg = load_config([*overrides, f"output_dir={tmp_path}/run", "iterations=9"])
+    # what verlog.trainer.runner.train writes before it starts Ray: the resolved config, interpolations filled in
+    OmegaConf.save(cfg, tmp_path / "config.yaml", resolve=True)
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    assert saved.run_name == "babaisai-two_room-goto_win-qwen2.5-3b" and saved.env.id == "babaisai/two_room-goto_win"
+    # compose from the saved file (as `verlog train --config-dir RUN --config-name config` does): the same config
+    again = load_config([], config_dir=tmp_path, config_name="config")
+    assert OmegaConf.to_container(again) == OmegaConf.to_container(cfg, resolve=True)
+    # overrides and the did-you-mean check apply on top of it
+    assert load_config(["iterations=11"], config_dir=tmp_path, config_name="config").iterations == 11
+    with pytest.raises(ConfigKeyError, match="'iterations'"):
+        load_config(["iteratons=11"], config_dir=tmp_path, config_name="config")
+    assert main(["--config-dir", str(tmp_path), "--config-name", "config", "--dry-run"]) == 0
+    assert "--config-name config" in capsys.readouterr().out
