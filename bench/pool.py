@@ -105,6 +105,7 @@ def run_game(env_id: str, n_envs: int, workers: int, steps: int, rounds: int) ->
             "best": max(values),
             "median": statistics.median(values),
             "ratio": statistics.median(ratios),
+            "round_ratios": ratios,
             "startup": startup[name],
             "cpu_ms": 1e3 * (parent_s + sum(worker_s)) / n_envs,  # CPU per env step, all processes
             # On idle cores: the parent's share runs alone, the workers' shares in parallel.
@@ -152,6 +153,8 @@ def main() -> None:
                 f"{env_id:<17}{labels[name]:<22}{row['best']:>13.0f}{row['median']:>9.0f}{row['ratio']:>9.2f}x"
                 f"{row['startup']:>12.2f}{row['cpu_ms']:>12.3f}{row['projected']:>9.0f} {row['projected_ratio']:>5.2f}x"
             )
+        rounds_text = " ".join(f"{r:.2f}" for r in result["workers"]["round_ratios"])
+        print(f"{'':<17}{'workers / plain by round':<22}  {rounds_text}")
         target = TARGETS.get(env_id)
         if target is not None:
             verdict = "meets" if result["workers"]["ratio"] >= target else "misses"
