@@ -17,7 +17,8 @@
 #     algorithm.mini_batches=2 memory.n=1 algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=40 \
 #     algorithm.warmup_critic_updates=10 iterations=300 checkpoint.save_freq=20 \
 #     output_dir=outputs/babaisai-two_room-maybe_break_stop-goto_win-qwen2.5-3b \
-#     run_name=babaisai-two_room-maybe_break_stop-goto_win-qwen2.5-3b
+#     run_name=babaisai-two_room-maybe_break_stop-goto_win-qwen2.5-3b \
+#     verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
@@ -32,4 +33,5 @@ verlog_recipe babaisai-qwen2.5-3b_4xa40 \
     algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=40 algorithm.warmup_critic_updates=10 \
     iterations="${ITERATIONS:-300}" checkpoint.save_freq=20 \
     output_dir="${OUTPUT_DIR:-outputs/babaisai-$TASK-qwen2.5-3b}" run_name="babaisai-$TASK-qwen2.5-3b" \
+    verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
     -- "$@"

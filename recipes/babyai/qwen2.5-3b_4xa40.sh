@@ -15,7 +15,8 @@
 #     hardware=4xa40 hardware.n_gpus_per_node=4 hardware.nnodes=1 rollout.num_slots=32 rollout.turns_per_slot=8 \
 #     rollout.max_prompt_tokens=1024 rollout.max_response_tokens=512 algorithm.mini_batches=2 memory.n=1 \
 #     algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=40 algorithm.warmup_critic_updates=5 \
-#     iterations=300 checkpoint.save_freq=20 output_dir=outputs/babyai-goto-qwen2.5-3b run_name=babyai-goto-qwen2.5-3b
+#     iterations=300 checkpoint.save_freq=20 output_dir=outputs/babyai-goto-qwen2.5-3b run_name=babyai-goto-qwen2.5-3b \
+#     verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
@@ -30,4 +31,5 @@ verlog_recipe babyai-qwen2.5-3b_4xa40 \
     algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=40 algorithm.warmup_critic_updates=5 \
     iterations="${ITERATIONS:-300}" checkpoint.save_freq=20 \
     output_dir="${OUTPUT_DIR:-outputs/babyai-$TASK-qwen2.5-3b}" run_name="babyai-$TASK-qwen2.5-3b" \
+    verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
     -- "$@"

@@ -16,7 +16,8 @@
 #     rollout.num_slots=128 rollout.turns_per_slot=16 rollout.max_prompt_tokens=4096 rollout.max_response_tokens=512 \
 #     algorithm.mini_batches=2 memory.n=1 algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=20 \
 #     algorithm.warmup_critic_updates=20 iterations=170 checkpoint.save_freq=10 \
-#     output_dir=outputs/crafter-qwen2.5-7b run_name=crafter-qwen2.5-7b
+#     output_dir=outputs/crafter-qwen2.5-7b run_name=crafter-qwen2.5-7b \
+#     verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
@@ -31,4 +32,5 @@ verlog_recipe crafter-qwen2.5-7b_8xh100 \
     algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=20 algorithm.warmup_critic_updates=20 \
     iterations="${ITERATIONS:-170}" checkpoint.save_freq=10 \
     output_dir="${OUTPUT_DIR:-outputs/crafter-qwen2.5-7b}" run_name="crafter-qwen2.5-7b" \
+    verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
     -- "$@"

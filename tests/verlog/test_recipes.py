@@ -76,6 +76,8 @@ def test_recipe_dry_run_matches_verlog(script):
     assert (alg["actor_lr"], alg["critic_lr"], alg["kl_in_reward"]) == (1e-6, 1e-5, True)
     assert cfg["env"]["kwargs"]["format_penalty"] == 0.1 and cfg["memory"]["n"] == 1
     assert cfg["sampling"]["temperature"] == 1.0 and alg["ppo_epochs"] == 1 and alg["first_position_weight"] > 1
+    # checkpoints hold a Hugging Face export, so `verlog eval --model <output_dir>/checkpoints` reads them
+    assert "hf_model" in cfg["verl"]["actor_rollout_ref"]["actor"]["checkpoint"]["save_contents"]
     # the command is printed, and verl's batch keys are derived from the same numbers
     assert "# command: " in out and " -m verlog.train " in out
     assert f"#   data.train_batch_size={want['batch']}" in out
