@@ -29,6 +29,7 @@ exceptions are still turned into ``env_error``, but a hang or ``os._exit`` canno
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
@@ -72,17 +73,19 @@ class _Slot:
     last_info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def snapshot(self) -> tuple:
-        """The records, cheaply: ``actions`` only grows until an episode starts (which makes a new list)."""
-        state = self.seed_rng.bit_generator.state
-        return (self.checkpoint, self.actions, len(self.actions), self.last_obs, self.last_info, state, self.next_seed)
+        """The records, cheaply (no copies): ``actions`` only grows until an episode starts (which makes a new
+        list), and ``seed_rng`` is never changed in place (a draw replaces it by an advanced copy)."""
+        rng = self.seed_rng
+        return (self.checkpoint, self.actions, len(self.actions), self.last_obs, self.last_info, rng, self.next_seed)
 
     def restore(self, snapshot: tuple) -> None:
-        self.checkpoint, self.actions, length, self.last_obs, self.last_info, state, self.next_seed = snapshot
+        self.checkpoint, self.actions, length, self.last_obs, self.last_info, self.seed_rng, self.next_seed = snapshot
         del self.actions[length:]
-        self.seed_rng.bit_generator.state = state
 
     def draw_seed(self) -> None:
-        self.next_seed = int(self.seed_rng.integers(0, _SEED_HIGH))
+        rng = copy.deepcopy(self.seed_rng)  # copy-on-write, so that snapshots stay valid
+        self.next_seed = int(rng.integers(0, _SEED_HIGH))
+        self.seed_rng = rng
 
     def reseed(self, seed: int) -> None:
         self.seed_rng = np.random.default_rng(seed)
@@ -557,7 +560,9 @@ class EnvPool:
         for i, record in zip(slots, records):
             slot = self._slots[i]
             if "seed_rng" in record:
-                slot.seed_rng.bit_generator.state = record["seed_rng"]
+                rng = np.random.default_rng()
+                rng.bit_generator.state = record["seed_rng"]
+                slot.seed_rng = rng
                 slot.next_seed = record["next_seed"]
             slot.checkpoint = ("state", record["env"])
             slot.actions = []
