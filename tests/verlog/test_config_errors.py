@@ -99,3 +99,19 @@ def test_saved_resolved_config_round_trips(tmp_path, capsys):
         load_config(["iteratons=11"], config_dir=tmp_path, config_name="config")
     assert main(["--config-dir", str(tmp_path), "--config-name", "config", "--dry-run"]) == 0
     assert "--config-name config" in capsys.readouterr().out
+
+
+def test_configuration_doc_lists_every_key_and_option():
+    from pathlib import Path
+
+    from verlog.overrides import flat_keys, group_options
+    from verlog.train import DEFAULT_CONFIG_DIR
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    keys: set[str] = set()
+    for group in ("env", "model", "hardware", "algorithm"):
+        for option in group_options(DEFAULT_CONFIG_DIR, group):
+            assert f"{option}" in doc, f"docs/configuration.md does not mention {group}={option}"
+            keys |= set(flat_keys(load_config([f"{group}={option}"])))
+    missing = [k for k in sorted(keys) if f"`{k}`" not in doc and not k.startswith("model.tiny.")]
+    assert not missing, f"docs/configuration.md does not describe {missing}"
