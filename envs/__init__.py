@@ -5,14 +5,19 @@
 - Every env follows :class:`envs.core.TextEnv`: text observations (:class:`envs.core.TextObservation`), text actions.
 """
 
+from envs.adapter import GymTextAdapter
 from envs.core import TextEnv, TextObservation
-from envs.errors import EnvError, EnvRegistrationError, EnvStateError, UnknownEnvError
+from envs.errors import EnvError, EnvPoolError, EnvRegistrationError, EnvStateError, UnknownEnvError
+from envs.pool import EnvPool
 from envs.registry import list_envs, make, register, registered_factory
 
 __all__ = [
     "EnvError",
+    "EnvPool",
+    "EnvPoolError",
     "EnvRegistrationError",
     "EnvStateError",
+    "GymTextAdapter",
     "TextEnv",
     "TextObservation",
     "UnknownEnvError",

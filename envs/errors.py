@@ -18,3 +18,7 @@ class EnvRegistrationError(EnvError, ValueError):
 
 class EnvStateError(EnvError, RuntimeError):
     """An env used out of order (step after the episode ended) or a state that cannot be restored."""
+
+
+class EnvPoolError(EnvError, RuntimeError):
+    """The pool cannot go on: an env cannot be built or reset at all, or a get/set-state call failed."""

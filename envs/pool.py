@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from envs.core import TextObservation
-from envs.errors import EnvError, EnvStateError
+from envs.errors import EnvPoolError, EnvStateError
 from envs.pool_worker import Failure, LocalWorker, ProcessWorker, shutdown
 from envs.registry import registered_factory
 
@@ -54,10 +54,6 @@ StepResult = tuple[TextObservation, float, bool, bool, dict[str, Any]]
 _SEED_HIGH = 2**31 - 1
 _STATE_FORMAT = "verlog.envpool.slot/1"
 _MAX_ATTEMPTS = 3
-
-
-class EnvPoolError(EnvError, RuntimeError):
-    """The pool cannot go on: an env cannot be built or reset at all, or a get/set-state call failed."""
 
 
 @dataclasses.dataclass

@@ -60,7 +60,8 @@ def list_envs() -> list[str]:
 
 def registered_factory(env_id: str) -> Factory:
     """The factory registered for ``env_id`` (entry points resolved); raises UnknownEnvError with close matches."""
-    _load_builtins()
+    if env_id not in _REGISTRY:  # the built-in games load only when an id is not registered yet
+        _load_builtins()
     if env_id not in _REGISTRY:
         close = difflib.get_close_matches(env_id, list(_REGISTRY), n=5, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
