@@ -321,6 +321,33 @@ def _patch_process_group(module: types.ModuleType) -> None:
     initialize_global_process_group_ray.__verlog_patched__ = True  # type: ignore[attr-defined]
     initialize_global_process_group_ray.__wrapped__ = original  # type: ignore[attr-defined]
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
+    _patch_torchrun_process_group(module)
+
+
+def _patch_torchrun_process_group(module: types.ModuleType) -> None:
+    """The torchrun variant (verl's SFT trainer) hard-codes the same duplicate backend string: use ``"cpu:gloo"``."""
+    original = module.initialize_global_process_group
+    if getattr(original, "__verlog_patched__", False):
+        return
+    _require_source(
+        original, 'f"cpu:gloo,{get_device_name()}', "verl.utils.distributed.initialize_global_process_group"
+    )
+
+    def initialize_global_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:
+        import datetime
+
+        import torch.distributed
+
+        torch.distributed.init_process_group(
+            backend="cpu:gloo",
+            timeout=datetime.timedelta(seconds=timeout_second),
+            init_method=os.environ.get("DIST_INIT_METHOD", None),
+        )
+        return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    initialize_global_process_group.__verlog_patched__ = True  # type: ignore[attr-defined]
+    initialize_global_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    module.initialize_global_process_group = initialize_global_process_group
 
 
 # --------------------------------------------------------------------------------------------- 4. value head

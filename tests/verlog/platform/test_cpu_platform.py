@@ -47,6 +47,7 @@ def test_patch_targets_still_have_the_patched_code():
     import verl.utils.model as model
 
     cpu._require_source(dist.initialize_global_process_group_ray, 'f"cpu:gloo,{get_device_name()}', "pg")
+    cpu._require_source(dist.initialize_global_process_group, 'f"cpu:gloo,{get_device_name()}', "pg torchrun")
     cpu._require_source(model.load_valuehead_model, 'attn_implementation="flash_attention_2"', "valuehead")
     with pytest.raises(cpu.PlatformPatchError, match="no longer contains"):
         cpu._require_source(model.load_valuehead_model, "something verl never wrote", "valuehead")
@@ -71,6 +72,7 @@ def test_platform_patches_in_a_fresh_process():
             "current": str(p.current_device()), "ipc": p.is_ipc_supported(),
             "empty_cache": get_torch_device().empty_cache() is None,
             "pg_patched": getattr(dist.initialize_global_process_group_ray, "__verlog_patched__", False),
+            "pg_torchrun_patched": getattr(dist.initialize_global_process_group, "__verlog_patched__", False),
             "vh_patched": getattr(model.load_valuehead_model, "__verlog_patched__", False),
             "vllm_version": md.version("vllm"),
             "external": os.environ["VERL_USE_EXTERNAL_MODULES"],
@@ -80,7 +82,7 @@ def test_platform_patches_in_a_fresh_process():
     )
     assert out["device"] == "cpu" and out["backend"] == "gloo" and out["resource"] == "GPU"
     assert out["current"] == "cpu" and out["ipc"] is False and out["empty_cache"]
-    assert out["pg_patched"] and out["vh_patched"]
+    assert out["pg_patched"] and out["pg_torchrun_patched"] and out["vh_patched"]
     assert out["vllm_version"] == f"{cpu.VLLM_CPU_VERSION}+cpu"
     assert "verlog.platform.cpu" in out["external"] and out["engine_device"] == "cuda"
 
