@@ -80,9 +80,14 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(OmegaConf.to_yaml(cfg, resolve=True))
         return 0
+    from verlog.trainer.config import TrainConfigError
     from verlog.trainer.runner import train
 
-    train(cfg)
+    try:
+        train(cfg)
+    except TrainConfigError as exc:  # a setting verl would fail on later: the message names it and the fix
+        print(f"verlog train: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

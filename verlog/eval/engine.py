@@ -52,9 +52,9 @@ def resolve_model_path(path: str | Path) -> Path:
     if configs_without_weights:
         raise EvalModelError(
             f"{configs_without_weights[0]} has a config but no weights: verl saves the model weights there only "
-            "with checkpoint.save_contents including hf_model (verlog's configs do); for an older checkpoint merge "
-            "the FSDP shards first: python -m verl.model_merger merge --backend fsdp --local_dir <.../actor> "
-            "--target_dir <out>"
+            "with checkpoint.save_contents including hf_model (the recipes in recipes/ set it); for an older "
+            "checkpoint merge the FSDP shards first: python -m verl.model_merger merge --backend fsdp "
+            "--local_dir <.../actor> --target_dir <out>"
         )
     checked = ", ".join(str(c) for c in candidates)
     raise EvalModelError(f"no Hugging Face model (config.json + weights) found; checked {checked}")
