@@ -1,0 +1,276 @@
+"""The learning recipe's results writer (verlog/learning.py, bench/learning.py) and recipes/cpu/learn_babyai.sh.
+
+The writer runs on small synthetic run folders (evaluation records, PPO metrics, timings, settings) and its numbers
+are checked against a bootstrap written out here with numpy; the recipe is checked through bash -n and --dry-run
+(no Ray, vLLM or training).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verlog.learning import (
+    EVAL_DUAL,
+    EVAL_SFT,
+    EVAL_SINGLE,
+    PPO_DUAL,
+    PPO_SINGLE,
+    LearningResultsError,
+    collect,
+    read_curve,
+    render_markdown,
+    smooth,
+    write_results,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "cpu" / "learn_babyai.sh"
+B = 400  # bootstrap resamples in these tests
+EVAL_SEEDS = list(range(1000, 1040))
+
+
+def _record(seed: int, index: int, success: bool, ret: float) -> dict:
+    return {"env": "babyai", "task": "goto", "env_id": "babyai/goto", "episode_index": index, "seed": seed,
+            "episode_return": ret, "num_steps": 5, "success": success, "progression": float(success),
+            "terminated": success, "truncated": not success, "valid_actions": 4}  # fmt: skip
+
+
+def _write_eval(folder: Path, successes: np.ndarray, returns: np.ndarray, seeds=EVAL_SEEDS) -> None:
+    folder.mkdir(parents=True)
+    with (folder / "episodes.jsonl").open("w") as f:
+        # written out of seed order: the writer must pair by seed, not by line
+        for i in reversed(range(len(seeds))):
+            f.write(json.dumps(_record(seeds[i], i, bool(successes[i]), float(returns[i]))) + "\n")
+
+
+def _write_metrics(path: Path, success: list[float], episodes: list[int]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for step, (s, n) in enumerate(zip(success, episodes), start=1):
+            item = {"step": step, "timing_s/step": 10.0 + step, "env/episodes": float(n), "actor/pg_loss": 0.1}
+            if n:
+                item.update({"env/success_rate": s, "env/return_mean": s - 0.1})
+            f.write(json.dumps(item) + "\n")
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A complete synthetic run: SFT succeeds on ~30% of seeds, dual PPO ~80%, single PPO ~55%."""
+    rng = np.random.default_rng(7)
+    n = len(EVAL_SEEDS)
+    data = {}
+    for name, p in (("sft", 0.3), ("dual", 0.8), ("single", 0.55)):
+        s = (rng.random(n) < p).astype(float)
+        data[name] = (s, s - 0.1 * rng.integers(0, 3, n))
+    run = tmp_path / "run"
+    _write_eval(run / EVAL_SFT, *data["sft"])
+    _write_eval(run / EVAL_DUAL, *data["dual"])
+    _write_eval(run / EVAL_SINGLE, *data["single"])
+    _write_metrics(run / PPO_DUAL / "metrics.jsonl", [0.2, 0.0, 0.4, 0.5, 0.7], [5, 0, 4, 6, 3])
+    _write_metrics(run / PPO_SINGLE / "metrics.jsonl", [0.2, 0.3, 0.3, 0.4, 0.5], [5, 2, 4, 6, 3])
+    (run / "demos").mkdir()
+    (run / "demos" / "demos.json").write_text(
+        json.dumps({"format": "verlog.demos/1", "seeds_tried": list(range(0, 50))})
+    )
+    (run / "timings.jsonl").write_text(
+        '{"stage": "demos", "seconds": 12.5}\n{"stage": "sft", "seconds": 400}\n{"stage": "sft", "seconds": 420.0}\n'
+    )
+    (run / "settings.env").write_text("SMOKE=0\nPPO_SEED=500000\nPPO_SLOTS=8\nEPISODES=40\n")
+    return run, data
+
+
+def _bootstrap_mean(values: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.size, size=(B, values.size))
+    means = [values[row].mean() for row in idx]
+    return tuple(np.quantile(means, [0.025, 0.975]))
+
+
+def test_numbers_match_a_direct_computation(run_dir):
+    run, data = run_dir
+    res = collect(run, n_resamples=B)
+    for name, key in (("SFT", "sft"), ("PPO, dual GAE", "dual"), ("PPO, single GAE", "single")):
+        succ, ret = data[key]
+        e = res.evals[name]
+        assert len(e.records) == len(EVAL_SEEDS)
+        assert e.success.estimate == pytest.approx(succ.mean())
+        assert (e.success.low, e.success.high) == pytest.approx(_bootstrap_mean(succ))
+        assert e.ret.estimate == pytest.approx(ret.mean())
+        assert (e.ret.low, e.ret.high) == pytest.approx(_bootstrap_mean(ret))
+    # paired difference PPO(dual) - SFT: the records were written in reverse order; pairing is by seed
+    diff = data["dual"][0] - data["sft"][0]
+    comp = next(c for c in res.comparisons if c.treatment == "PPO, dual GAE" and c.baseline == "SFT")
+    assert comp.paired
+    assert comp.success.estimate == pytest.approx(diff.mean())
+    assert (comp.success.low, comp.success.high) == pytest.approx(_bootstrap_mean(diff))
+    dual_single = next(c for c in res.comparisons if c.baseline == "PPO, single GAE")
+    assert dual_single.success.estimate == pytest.approx(data["dual"][0].mean() - data["single"][0].mean())
+    assert res.timings == {"demos": 12.5, "sft": 420.0}  # the last run of a stage wins
+    assert not res.seed_overlaps
+
+
+def test_markdown_reports_the_numbers_and_the_verdict(run_dir):
+    run, data = run_dir
+    res = collect(run, n_resamples=B)
+    md = render_markdown(res, "results_curve.png")
+    sft = res.evals["SFT"].success
+    assert f"| SFT | 40 | {100 * sft.estimate:.1f}% [{100 * sft.low:.1f}, {100 * sft.high:.1f}]" in md
+    comp = res.comparisons[0]
+    gain = 100 * (data["dual"][0].mean() - data["sft"][0].mean())
+    assert f"{gain:+.1f} points [{100 * comp.success.low:+.1f}, {100 * comp.success.high:+.1f}]" in md
+    assert res.target_met() is (gain >= 20 and comp.success.low > 0)
+    assert ("Target met" in md) is res.target_met()
+    assert "![success and return against PPO iteration](results_curve.png)" in md
+    assert "| sft | 7.0 min (420 s) |" in md and "| ppo_dual | not run |" in md
+    assert "No evaluation seed was used by the demonstrations" in md
+
+
+def test_target_not_met_is_said(tmp_path):
+    run = tmp_path / "run"
+    same = np.array([1.0, 0.0] * 10)
+    _write_eval(run / EVAL_SFT, same, same, seeds=EVAL_SEEDS[:20])
+    _write_eval(run / EVAL_DUAL, same, same, seeds=EVAL_SEEDS[:20])
+    md = render_markdown(collect(run, n_resamples=B))
+    assert "**Target not met**" in md and "+0.0 points" in md
+    assert "| PPO, single GAE | not evaluated yet |" in md
+
+
+def test_write_results_writes_png_and_json(run_dir, tmp_path):
+    run, _ = run_dir
+    md, png = write_results(run, tmp_path / "out" / "results.md", n_resamples=B)
+    assert png == tmp_path / "out" / "results_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    numbers = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert numbers["models"]["SFT"]["episodes"] == 40
+    assert numbers["curves"]["dual GAE"]["steps"] == [1, 3, 4, 5]  # iteration 2 ended no episode
+    assert md.read_text().startswith("# Does verlog learn?")
+
+
+def test_partial_run_has_no_curve_and_says_what_is_missing(tmp_path):
+    run = tmp_path / "run"
+    _write_eval(run / EVAL_SFT, np.ones(5), np.ones(5), seeds=EVAL_SEEDS[:5])
+    md, png = write_results(run, tmp_path / "r.md", n_resamples=B)
+    assert png is None and not (tmp_path / "r_curve.png").exists()
+    text = md.read_text()
+    assert "Not measured yet" in text and "No PPO metrics yet." in text
+
+
+def test_seed_overlap_is_reported(run_dir):
+    run, _ = run_dir
+    (run / "demos" / "demos.json").write_text(json.dumps({"format": "verlog.demos/1", "seeds_tried": [3, 1005]}))
+    res = collect(run, n_resamples=B)
+    assert res.seed_overlaps == {name: [1005] for name in res.evals}
+    assert "**Overlap**" in render_markdown(res)
+
+
+def test_curve_and_smoothing():
+    assert smooth([0.0, 1.0, 1.0], [1, 3, 0], window=2) == [0.0, 0.75, 1.0]
+
+
+def test_bad_files_name_the_file(tmp_path):
+    with pytest.raises(LearningResultsError, match="does not exist"):
+        collect(tmp_path / "missing")
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "env/ep')
+    with pytest.raises(LearningResultsError, match=r"metrics.jsonl:2: not JSON"):
+        read_curve(path)
+
+
+def test_bench_script_runs(run_dir, tmp_path):
+    run, _ = run_dir
+    out = tmp_path / "results.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "learning.py"), str(run), "--out", str(out), "--bootstrap-resamples",
+         "200"], capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.is_file() and (tmp_path / "results_curve.png").is_file()
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "learning.py"), str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
+    assert bad.returncode == 1 and "does not exist" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------------ the recipe
+def _recipe(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "OUTPUT_DIR", "EPISODES", "RESULTS")}
+    environ.update(PYTHON=sys.executable, **env)
+    return subprocess.run(["bash", str(RECIPE), *args], capture_output=True, text=True, env=environ, timeout=60)
+
+
+def _stages(stdout: str) -> dict[str, list[str]]:
+    """Stage name -> its command's argv, from the dry run's output."""
+    lines = stdout.splitlines()
+    out = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"# stage (\w+) \(", line)
+        if m:
+            out[m.group(1)] = shlex.split(lines[i + 1])
+    return out
+
+
+def _opt(argv: list[str], name: str) -> str:
+    if name.startswith("--"):
+        return argv[argv.index(name) + 1]
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(name + "="))
+
+
+def test_recipe_is_valid_bash():
+    assert subprocess.run(["bash", "-n", str(RECIPE)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("smoke", ["0", "1"])
+def test_recipe_dry_run_lists_stages_with_disjoint_seeds(tmp_path, smoke):
+    proc = _recipe("--dry-run", SMOKE=smoke, OUTPUT_DIR=str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    stages = _stages(proc.stdout)
+    assert list(stages) == ["demos", "sft", "eval_sft", "ppo_dual", "eval_ppo_dual", "ppo_single", "eval_ppo_single",
+                            "results"]  # fmt: skip
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    demos, evals = stages["demos"], [stages[k] for k in ("eval_sft", "eval_ppo_dual", "eval_ppo_single")]
+    demo_seeds = set(range(int(_opt(demos, "--seed-start")), int(_opt(demos, "--seed-start")) + int(
+        _opt(demos, "--episodes"))))  # fmt: skip
+    ppo = stages["ppo_dual"]
+    ppo_seeds = set(range(int(_opt(ppo, "seed")), int(_opt(ppo, "seed")) + int(_opt(ppo, "rollout.num_slots"))))
+    eval_seeds = {int(_opt(e, "--seed-start")) + i for e in evals for i in range(int(_opt(e, "--episodes")))}
+    assert demo_seeds and ppo_seeds and eval_seeds
+    assert not (demo_seeds & eval_seeds) and not (ppo_seeds & eval_seeds) and not (demo_seeds & ppo_seeds)
+    # every model is evaluated on the same episodes, with the training step limit and env settings
+    assert len({tuple(e[e.index("--tasks") :]) for e in (x[:-1] for x in evals)}) == 1
+    assert _opt(evals[0], "--max-steps") == _opt(ppo, "env.kwargs.max_steps")
+    assert json.loads(_opt(demos, "--env-kwargs")) == json.loads(_opt(evals[0], "--env-kwargs"))
+    assert int(_opt(evals[0], "--episodes")) == (200 if smoke == "0" else 4)
+    # both PPO runs start from the SFT model with the same budget and seeds; only the token discounts differ
+    single = stages["ppo_single"]
+    assert _opt(ppo, "model.path") == _opt(single, "model.path") == str(tmp_path / "run" / "sft" / "model")
+    assert (_opt(ppo, "algorithm.token_gamma"), _opt(ppo, "algorithm.token_lam")) == ("1.0", "1.0")
+    assert _opt(single, "algorithm.token_gamma") == _opt(single, "algorithm.step_gamma") == "0.99"
+    assert _opt(single, "algorithm.token_lam") == _opt(single, "algorithm.step_lam") == "0.95"
+    differ = {a.split("=")[0] for a in set(ppo) ^ set(single)}
+    assert differ == {"output_dir", "run_name", "algorithm.token_gamma", "algorithm.token_lam"}
+    assert _opt(stages["eval_ppo_dual"], "--model") == str(tmp_path / "run" / "ppo_dual" / "checkpoints")
+    assert _opt(ppo, "iterations") == ("30" if smoke == "0" else "2")
+
+
+def test_recipe_skips_finished_stages_and_refuses_overlapping_seeds(tmp_path):
+    run = tmp_path / "run"
+    (run / "demos").mkdir(parents=True)
+    (run / "demos" / "demos.json").write_text("{}")
+    (run / "ppo_dual" / "checkpoints").mkdir(parents=True)
+    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("10")  # of 30: not done
+    out = _recipe("--dry-run", OUTPUT_DIR=str(run)).stdout
+    assert "# stage demos (output exists: would be skipped)" in out
+    assert "# stage sft (would run)" in out and "# stage ppo_dual (would run)" in out
+    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("30\n")
+    assert "# stage ppo_dual (output exists: would be skipped)" in _recipe("--dry-run", OUTPUT_DIR=str(run)).stdout
+    bad = _recipe("--dry-run", OUTPUT_DIR=str(run), EVAL_SEED_START="100")
+    assert bad.returncode == 2 and "seed ranges overlap" in bad.stderr
+    assert _recipe("--bogus").returncode == 2

@@ -1,0 +1,527 @@
+"""The results of the CPU learning recipe (recipes/cpu/learn_babyai.sh): run folder -> markdown + learning curve.
+
+A run folder holds one sub-folder per stage (:data:`STAGES`), ``timings.jsonl`` (one ``{"stage", "seconds"}`` line
+per stage run, written by the recipe), ``settings.env`` (the recipe's settings, ``KEY=VALUE``) and, for each PPO
+run, verl's tracked metrics in ``<ppo run>/metrics.jsonl``. :func:`collect` reads all of it, computing every number
+from the evaluation's per-episode records (``episodes.jsonl``): success rate and mean return with 95% percentile
+bootstrap intervals (:func:`verlog.eval.bootstrap_mean_ci`), and the differences between models paired by seed
+(:func:`verlog.eval.compare_records`). :func:`render_markdown` writes them as docs/results.md; :func:`plot_curves`
+draws success and return against PPO iteration (``env/success_rate``, ``env/return_mean``: the episodes that ended
+in that iteration's rollout). Stages not run yet are reported as missing, so a partial run can be read too.
+
+    python bench/learning.py outputs/learn-babyai --out docs/results.md
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verlog.errors import VerlogError
+from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
+
+# stage folders of a run, in the order the recipe runs them
+DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"
+PPO_DUAL, EVAL_DUAL = "ppo_dual", "eval_ppo_dual"
+PPO_SINGLE, EVAL_SINGLE = "ppo_single", "eval_ppo_single"
+STAGES = (DEMOS, SFT, EVAL_SFT, PPO_DUAL, EVAL_DUAL, PPO_SINGLE, EVAL_SINGLE)
+# model label -> evaluation folder
+MODELS = {"SFT": EVAL_SFT, "PPO, dual GAE": EVAL_DUAL, "PPO, single GAE": EVAL_SINGLE}
+PPO_RUNS = {"dual GAE": PPO_DUAL, "single GAE": PPO_SINGLE}
+TARGET_GAIN = 0.20  # issue 9: PPO raises success by >= 20 points over SFT, with the interval above zero
+
+TIMINGS_FILE = "timings.jsonl"
+SETTINGS_FILE = "settings.env"
+METRICS_FILE = "metrics.jsonl"
+
+
+class LearningResultsError(VerlogError, ValueError):
+    """A run folder's files cannot be read as the learning recipe writes them (the message names the file)."""
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (blank lines skipped)."""
+    path = Path(path)
+    out = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LearningResultsError(f"{path}:{number}: not JSON ({exc}); was the file cut by a crash?") from exc
+            if not isinstance(item, dict):
+                raise LearningResultsError(f"{path}:{number}: expected a JSON object, got {type(item).__name__}")
+            out.append(item)
+    return out
+
+
+def read_timings(run_dir: str | Path) -> dict[str, float]:
+    """Stage -> seconds of its last run (``timings.jsonl``; empty when the file is missing)."""
+    path = Path(run_dir) / TIMINGS_FILE
+    if not path.is_file():
+        return {}
+    out: dict[str, float] = {}
+    for item in read_jsonl(path):
+        if "stage" not in item or "seconds" not in item:
+            raise LearningResultsError(f"{path}: a line lacks 'stage' or 'seconds': {item}")
+        out[str(item["stage"])] = float(item["seconds"])
+    return out
+
+
+def read_settings(run_dir: str | Path) -> dict[str, str]:
+    """The recipe's settings (``settings.env``, ``KEY=VALUE`` lines; empty when the file is missing)."""
+    path = Path(run_dir) / SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise LearningResultsError(f"{path}: {line!r} is not KEY=VALUE")
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass
+class EvalResult:
+    """One model's evaluation: its records and the bootstrap intervals of success rate and mean return."""
+
+    name: str
+    folder: Path
+    records: list[EpisodeRecord]
+    success: Interval
+    ret: Interval
+    valid_action_rate: float
+    mean_steps: float
+
+    @property
+    def seeds(self) -> set[int]:
+        return {r.seed for r in self.records}
+
+
+def load_eval(folder: str | Path, name: str, *, n_resamples: int = 10_000, seed: int = 0) -> EvalResult | None:
+    """The evaluation in ``folder`` (its ``episodes.jsonl``), or None when there is none yet."""
+    folder = Path(folder)
+    if not (folder / "episodes.jsonl").is_file():
+        return None
+    # episodes are appended as they finish, in an order that varies between runs: sort by (env id, seed) so that
+    # the bootstrap (which depends on the order of the sample) gives the same interval for the same episodes
+    records = sorted(read_episode_records(folder), key=lambda r: (r.env_id, r.seed, r.episode_index))
+    if not records:
+        return None
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    steps = sum(r.num_steps for r in records)
+    return EvalResult(
+        name=name,
+        folder=folder,
+        records=records,
+        success=bootstrap_mean_ci([float(r.success) for r in records], **kw),
+        ret=bootstrap_mean_ci([r.episode_return for r in records], **kw),
+        valid_action_rate=sum(r.valid_actions for r in records) / steps if steps else 0.0,
+        mean_steps=steps / len(records),
+    )
+
+
+@dataclass
+class Curve:
+    """Per-iteration rollout statistics of one PPO run (from its ``metrics.jsonl``).
+
+    ``steps``, ``success``, ``ret``, ``episodes``: iterations in which at least one episode ended, with the success
+    rate, mean return and number of those episodes; ``step_seconds``: verl's ``timing_s/step`` of every iteration.
+    """
+
+    steps: list[int] = field(default_factory=list)
+    success: list[float] = field(default_factory=list)
+    ret: list[float] = field(default_factory=list)
+    episodes: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    iterations: int = 0
+
+
+def read_curve(metrics_path: str | Path) -> Curve:
+    """The learning curve in a PPO run's ``metrics.jsonl`` (a line per iteration; on repeats the last wins)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for item in read_jsonl(metrics_path):
+        if "step" not in item:
+            raise LearningResultsError(f"{metrics_path}: a line has no 'step': {sorted(item)[:8]}...")
+        by_step[int(item["step"])] = item
+    curve = Curve(iterations=len(by_step))
+    for step in sorted(by_step):
+        item = by_step[step]
+        if "timing_s/step" in item:
+            curve.step_seconds.append(float(item["timing_s/step"]))
+        if item.get("env/episodes", 0) and "env/success_rate" in item:
+            curve.steps.append(step)
+            curve.success.append(float(item["env/success_rate"]))
+            curve.ret.append(float(item["env/return_mean"]))
+            curve.episodes.append(float(item["env/episodes"]))
+    return curve
+
+
+def smooth(values: Sequence[float], weights: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points, each point weighted (e.g. by its number of episodes)."""
+    out = []
+    for i in range(len(values)):
+        lo = max(0, i - window + 1)
+        w = sum(weights[lo : i + 1])
+        out.append(sum(v * k for v, k in zip(values[lo : i + 1], weights[lo : i + 1])) / w if w else math.nan)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ collecting
+@dataclass
+class Comparison:
+    """``treatment - baseline`` of success rate and mean return, with bootstrap intervals."""
+
+    treatment: str
+    baseline: str
+    success: Interval
+    ret: Interval
+    paired: bool
+
+
+@dataclass
+class LearningResults:
+    """Everything docs/results.md reports about one run folder."""
+
+    run_dir: Path
+    settings: dict[str, str]
+    timings: dict[str, float]
+    evals: dict[str, EvalResult]
+    curves: dict[str, Curve]
+    comparisons: list[Comparison]
+    demo_seeds: set[int]
+    seed_overlaps: dict[str, list[int]]
+
+    def target_met(self) -> bool | None:
+        """Issue 9's target for dual-GAE PPO over SFT (gain >= 20 points, interval above 0); None if not measured."""
+        for c in self.comparisons:
+            if c.treatment == "PPO, dual GAE" and c.baseline == "SFT":
+                return c.success.estimate >= TARGET_GAIN and c.success.low > 0
+        return None
+
+
+def compare(a: EvalResult, b: EvalResult, *, n_resamples: int = 10_000, seed: int = 0) -> Comparison:
+    """``a - b``: paired by (env id, seed) when both played the same episodes (:func:`verlog.eval.compare_records`)."""
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    success, paired = compare_records(a.records, b.records, "success", **kw)
+    ret, _ = compare_records(a.records, b.records, "return", **kw)
+    return Comparison(a.name, b.name, success, ret, paired)
+
+
+def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) -> LearningResults:
+    """Read a learning run folder (missing stages are left out)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise LearningResultsError(
+            f"run folder {str(run)!r} does not exist: run recipes/cpu/learn_babyai.sh (OUTPUT_DIR=...) first"
+        )
+    evals = {}
+    for name, folder in MODELS.items():
+        result = load_eval(run / folder, name, n_resamples=n_resamples, seed=seed)
+        if result is not None:
+            evals[name] = result
+    curves = {
+        name: read_curve(run / folder / METRICS_FILE)
+        for name, folder in PPO_RUNS.items()
+        if (run / folder / METRICS_FILE).is_file()
+    }
+    comparisons = []
+    for a, b in (("PPO, dual GAE", "SFT"), ("PPO, single GAE", "SFT"), ("PPO, dual GAE", "PPO, single GAE")):
+        if a in evals and b in evals:
+            comparisons.append(compare(evals[a], evals[b], n_resamples=n_resamples, seed=seed))
+    demo_seeds: set[int] = set()
+    manifest = run / DEMOS / "demos.json"
+    if manifest.is_file():
+        from verlog.demos import used_seeds
+
+        demo_seeds = used_seeds(run / DEMOS)
+    settings = read_settings(run)
+    ppo_first: set[int] = set()
+    if "PPO_SEED" in settings and "PPO_SLOTS" in settings:
+        start = int(settings["PPO_SEED"])
+        ppo_first = set(range(start, start + int(settings["PPO_SLOTS"])))
+    overlaps = {}
+    for name, result in evals.items():
+        bad = sorted(result.seeds & (demo_seeds | ppo_first))
+        if bad:
+            overlaps[name] = bad
+    return LearningResults(
+        run_dir=run,
+        settings=settings,
+        timings=read_timings(run),
+        evals=evals,
+        curves=curves,
+        comparisons=comparisons,
+        demo_seeds=demo_seeds,
+        seed_overlaps=overlaps,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ the plot
+def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -> Path | None:
+    """Success rate and mean return of the rollout episodes against PPO iteration (both PPO runs) as a PNG.
+
+    Points: each iteration's episodes; lines: a moving average over ``window`` iterations weighted by episodes;
+    dashed: the SFT model's evaluation. Returns None (and writes nothing) when no PPO run has metrics yet.
+    """
+    curves = {k: c for k, c in results.curves.items() if c.steps}
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"dual GAE": "tab:blue", "single GAE": "tab:orange"}
+    for ax, attr, label in ((axes[0], "success", "success rate"), (axes[1], "ret", "mean return")):
+        for name, curve in curves.items():
+            values = getattr(curve, attr)
+            color = colors.get(name)
+            ax.scatter(curve.steps, values, s=10, alpha=0.35, color=color)
+            ax.plot(curve.steps, smooth(values, curve.episodes, window), color=color, label=f"PPO, {name}")
+        sft = results.evals.get("SFT")
+        if sft is not None:
+            ax.axhline(
+                (sft.success if attr == "success" else sft.ret).estimate,
+                color="gray",
+                linestyle="--",
+                label="SFT model (evaluation)",
+            )
+        ax.set_xlabel("PPO iteration")
+        ax.set_ylabel(f"{label} of episodes ended in the iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"BabyAI learning curves (moving average over {window} iterations, weighted by episodes)")
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
+# ------------------------------------------------------------------------------------------------ markdown
+def _pct(ci: Interval) -> str:
+    return f"{100 * ci.estimate:.1f}% [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+
+def _pts(ci: Interval) -> str:
+    return f"{100 * ci.estimate:+.1f} points [{100 * ci.low:+.1f}, {100 * ci.high:+.1f}]"
+
+
+def _num(ci: Interval) -> str:
+    return f"{ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+
+
+def _diff(ci: Interval) -> str:
+    return f"{ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]"
+
+
+def _minutes(seconds: float | None) -> str:
+    return "not run" if seconds is None else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
+
+
+def render_markdown(results: LearningResults, png_name: str | None = None) -> str:
+    """docs/results.md for ``results``: settings, numbers with 95% intervals, comparisons, times, curve, verdict."""
+    s = results.settings
+    lines = [
+        "# Does verlog learn? SFT warm start, then PPO with dual-discount GAE, on BabyAI (2-core CPU)",
+        "",
+        f"Written by `bench/learning.py` from the run folder `{results.run_dir}` "
+        "(`recipes/cpu/learn_babyai.sh`). Every number below is computed from that folder's files; "
+        "rerun the writer to refresh it.",
+        "",
+    ]
+    if s.get("SMOKE") == "1":
+        lines += ["**SMOKE run: tiny budgets that check the chain, not learning. These numbers mean nothing.**", ""]
+    lines += ["## Verdict", ""]
+    met = results.target_met()
+    dual = next((c for c in results.comparisons if c.treatment == "PPO, dual GAE" and c.baseline == "SFT"), None)
+    if met is None or dual is None:
+        lines.append("Not measured yet: the SFT and dual-GAE PPO evaluations are not both in the run folder.")
+    elif met:
+        lines.append(
+            f"Target met: PPO (dual GAE) changes success by {_pts(dual.success)} over the SFT model "
+            f"(target: at least +{100 * TARGET_GAIN:.0f} points with the interval above zero)."
+        )
+    else:
+        lines.append(
+            f"**Target not met**: PPO (dual GAE) changes success by {_pts(dual.success)} over the SFT "
+            f"model; the target is at least +{100 * TARGET_GAIN:.0f} points with the 95% interval above "
+            'zero. See "What to try" below.'
+        )
+    lines += ["", "## Models (evaluation episodes, 95% percentile-bootstrap intervals)", ""]
+    lines += [
+        "| model | episodes | success rate | mean return | valid actions | mean steps |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in MODELS:
+        e = results.evals.get(name)
+        if e is None:
+            lines.append(f"| {name} | not evaluated yet | | | | |")
+        else:
+            lines.append(
+                f"| {name} | {len(e.records)} | {_pct(e.success)} | {_num(e.ret)} | "
+                f"{100 * e.valid_action_rate:.1f}% | {e.mean_steps:.1f} |"
+            )
+    lines += ["", "## Differences", ""]
+    if results.comparisons:
+        lines += ["| comparison | success rate | mean return | paired by seed |", "|---|---|---|---|"]
+        for c in results.comparisons:
+            lines.append(
+                f"| {c.treatment} − {c.baseline} | {_pts(c.success)} | {_diff(c.ret)} | "
+                f"{'yes' if c.paired else 'no (different episodes)'} |"
+            )
+        lines += ["", "The last row is the dual- vs single-discount comparison (same SFT start, budget and seeds)."]
+    else:
+        lines.append("No two models evaluated yet.")
+    lines += ["", "## Learning curves (rollout episodes during PPO)", ""]
+    if png_name:
+        lines += [f"![success and return against PPO iteration]({png_name})", ""]
+    for name, curve in results.curves.items():
+        if curve.steps:
+            k = max(1, len(curve.steps) // 4)
+            first = sum(curve.success[:k]) / k
+            last = sum(curve.success[-k:]) / k
+            step_s = sum(curve.step_seconds) / len(curve.step_seconds) if curve.step_seconds else math.nan
+            lines.append(
+                f"- PPO, {name}: {curve.iterations} iterations, {int(sum(curve.episodes))} rollout "
+                f"episodes ended; rollout success {100 * first:.1f}% in the first {k} iterations with "
+                f"episodes, {100 * last:.1f}% in the last {k}; {step_s:.1f} s per iteration "
+                "(verl's timing_s/step)"
+            )
+        else:
+            lines.append(f"- PPO, {name}: {curve.iterations} iterations, no episode ended yet")
+    if not results.curves:
+        lines.append("No PPO metrics yet.")
+    lines += ["", "## Wall time of each stage", "", "| stage | wall time |", "|---|---|"]
+    for stage in STAGES:
+        lines.append(f"| {stage} | {_minutes(results.timings.get(stage))} |")
+    lines += ["", "## Seeds", ""]
+    evals = list(results.evals.values())
+    if evals:
+        seeds = sorted(evals[0].seeds)
+        lines.append(
+            f"- Evaluation: {len(seeds)} seeds, {seeds[0]} to {seeds[-1]}; "
+            f"the same for every model: {all(e.seeds == evals[0].seeds for e in evals)}."
+        )
+    if results.demo_seeds:
+        lines.append(
+            f"- Demonstrations: seeds {min(results.demo_seeds)} to {max(results.demo_seeds)} "
+            f"({len(results.demo_seeds)} tried)."
+        )
+    if "PPO_SEED" in s:
+        lines.append(
+            f"- PPO: slot i's first episode uses seed {s['PPO_SEED']} + i; later episodes draw 31-bit seeds "
+            "from the env pool's generator (not logged; a clash with the evaluation seeds has a chance of "
+            "about 1e-4 over a run)."
+        )
+    if results.seed_overlaps:
+        for name, bad in results.seed_overlaps.items():
+            lines.append(
+                f"- **Overlap**: {name}'s evaluation played training seeds {bad[:10]}: these numbers are "
+                "not on unseen layouts."
+            )
+    elif evals:
+        lines.append("- No evaluation seed was used by the demonstrations or by the PPO runs' first episodes.")
+    if s:
+        lines += ["", "## Settings (the recipe's environment variables)", "", "| setting | value |", "|---|---|"]
+        lines += [f"| `{k}` | {v} |" for k, v in s.items()]
+    lines += ["", METHOD_NOTES]
+    return "\n".join(lines) + "\n"
+
+
+METHOD_NOTES = """## How the settings were chosen
+
+(The same reasoning is in `recipes/cpu/learn_babyai.sh`'s header; the timings come from `shared/STACK.md`.)
+
+- **Model**: a random-weight Qwen2 of 384 hidden x 6 layers (about 11M parameters, vocab 1024, head_dim 64), the
+  size measured for SFT on this CPU (about 1.4k tokens/s in fp32; it learnt the THINK/ACTION format within about 20
+  steps). A PPO iteration of 32 rows of about 420 tokens costs about 13k tokens through actor and critic updates
+  plus four forward passes, about 30-40 s on an idle machine; the 26M model that ran 15 s per step on tiny batches
+  would halve the iterations in the 30-minute PPO budget.
+- **SFT length**: 60 steps of 16 rows, about half an epoch of 400 expert episodes, so that the format is learnt but
+  the policy is not; the SFT model must stay clearly below the ceiling. If its success exceeds about 70%, rerun
+  with fewer `SFT_STEPS`; if it never writes a valid action, with more.
+- **PPO**: 8 slots x 4 turns = 32 rows per iteration, 2 mini-batches, 1 epoch, 30 iterations (about 20-25 minutes
+  after a 2-3 minute start-up), 3 critic-only warm-up iterations (the value head starts random); actor lr 5e-5 and
+  critic lr 2e-4, far above Verlog's 1e-6 for a 3B model, since this small model was fine-tuned at 1e-3 and 30
+  iterations at 1e-6 would not move it. KL and entropy coefficients and the discounts (0.99 / 0.95 between turns)
+  are Verlog's. The single-discount run differs only in token gamma / lambda = 0.99 / 0.95 (ordinary GAE over the
+  episode's tokens) instead of 1 / 1.
+- **Evaluation**: the same 200 seeds (1000000-1000199, unseen in demonstrations and PPO) for every model, the
+  training prompt layout (memory n = 1), temperature 1.0, the step limit of training (24), BALROG's strict parsing;
+  differences are paired by seed.
+
+## What to try if the target is not met
+
+Check, in this order: the SFT model's success (too high leaves no room: fewer `SFT_STEPS`; near zero with few valid
+actions: more); the PPO runs' `actor/ppo_kl` and `actor/pg_clipfrac` in `metrics.jsonl` (near zero: raise
+`ACTOR_LR`; clip fraction above about 0.3: lower it); `critic/vf_explained_var` (negative for long: raise
+`CRITIC_WARMUP`); more `PPO_ITERATIONS` if the curve is still rising. Report every attempt here with its numbers; do
+not shrink the evaluation.
+"""
+
+
+def write_results(
+    run_dir: str | Path, out: str | Path, *, n_resamples: int = 10_000, seed: int = 0
+) -> tuple[Path, Path | None]:
+    """Write ``out`` (markdown), ``<out stem>_curve.png`` and ``<out stem>.json`` (the numbers); returns md, png."""
+    results = collect(run_dir, n_resamples=n_resamples, seed=seed)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = plot_curves(results, out.with_name(f"{out.stem}_curve.png"))
+    out.write_text(render_markdown(results, png.name if png else None), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(as_dict(results), indent=2) + "\n", encoding="utf-8")
+    return out, png
+
+
+def as_dict(results: LearningResults) -> dict[str, Any]:
+    """The numbers of ``results`` as plain JSON data (no per-episode records)."""
+    return {
+        "run_dir": str(results.run_dir),
+        "settings": results.settings,
+        "timings_s": results.timings,
+        "models": {
+            name: {
+                "episodes": len(e.records),
+                "success": e.success.as_dict(),
+                "return": e.ret.as_dict(),
+                "valid_action_rate": e.valid_action_rate,
+                "mean_steps": e.mean_steps,
+            }
+            for name, e in results.evals.items()
+        },
+        "comparisons": [
+            {
+                "treatment": c.treatment,
+                "baseline": c.baseline,
+                "paired": c.paired,
+                "success": c.success.as_dict(),
+                "return": c.ret.as_dict(),
+            }
+            for c in results.comparisons
+        ],
+        "curves": {
+            name: {
+                "steps": c.steps,
+                "success": c.success,
+                "return": c.ret,
+                "episodes": c.episodes,
+                "iterations": c.iterations,
+            }
+            for name, c in results.curves.items()
+        },
+        "target_met": results.target_met(),
+        "seed_overlaps": results.seed_overlaps,
+    }
