@@ -289,6 +289,9 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
             color = colors.get(name)
             ax.scatter(curve.steps, values, s=10, alpha=0.35, color=color)
             ax.plot(curve.steps, smooth(values, curve.episodes, window), color=color, label=f"PPO, {name}")
+        warmup = int(results.settings.get("CRITIC_WARMUP", "0") or 0)
+        if warmup > 0:
+            ax.axvspan(0.5, warmup + 0.5, color="gray", alpha=0.12, label="critic warm-up (actor fixed)")
         sft = results.evals.get("SFT")
         if sft is not None:
             ax.axhline(

@@ -84,7 +84,7 @@ def run_dir(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     (run / "timings.jsonl").write_text(
         '{"stage": "demos", "seconds": 12.5}\n{"stage": "sft", "seconds": 400}\n{"stage": "sft", "seconds": 420.0}\n'
     )
-    (run / "settings.env").write_text("SMOKE=0\nPPO_SEED=500000\nPPO_SLOTS=8\nEPISODES=40\n")
+    (run / "settings.env").write_text("SMOKE=0\nPPO_SEED=500000\nPPO_SLOTS=8\nEPISODES=40\nCRITIC_WARMUP=1\n")
     return run, data
 
 
