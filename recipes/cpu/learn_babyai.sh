@@ -57,9 +57,9 @@
 #   sampling policy's log-probs) and evaluation at the same temperature.
 # - MAX_STEPS=24 is 4-5 times the expert's mean episode (about 5 turns) and keeps evaluation and rollouts short;
 #   success is measured under that limit for every model alike.
-# - Seeds: demos 0-399 (the last 20 for validation), PPO slots start at 500000 (later PPO episodes draw 31-bit seeds from the pool's generator),
-#   evaluation 1000000-1000199; the recipe refuses overlapping ranges. The same evaluation seeds for every model, so
-#   the differences are paired by seed.
+# - Seeds: demos 0-399 (the last 20 for validation), PPO slots start at 500000 (later PPO episodes draw 31-bit
+#   seeds from the env pool's generator), evaluation 1000000-1000199; the recipe refuses overlapping ranges. The
+#   same evaluation seeds for every model, so the differences are paired by seed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -185,7 +185,9 @@ stage() {
         state=done
     fi
     if [ "$DRY_RUN" = 1 ]; then
-        printf '# stage %s (%s)\n' "$name" "$([ "$state" = done ] && echo "output exists: would be skipped" || echo "would run")"
+        local what="would run"
+        [ "$state" = done ] && what="output exists: would be skipped"
+        printf '# stage %s (%s)\n' "$name" "$what"
         printf '%q ' "$@"
         printf '\n'
         return 0
