@@ -82,6 +82,13 @@ def check_versions() -> None:
         )
 
 
+def _install(owner: Any, name: str, replacement: Callable[..., Any], original: Callable[..., Any]) -> None:
+    """Put ``replacement`` at ``owner.name``, marked as verlog's (``__verlog_patched__``) and wrapping ``original``."""
+    replacement.__verlog_patched__ = True  # type: ignore[attr-defined]
+    replacement.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(owner, name, replacement)
+
+
 def _require_source(fn: Callable[..., Any], needle: str, what: str) -> None:
     """Fail loudly when the function a patch replaces no longer contains ``needle`` (its code changed)."""
     fn = getattr(fn, "__wrapped__", fn)  # an already patched function: check the original
@@ -318,9 +325,7 @@ def _patch_process_group(module: types.ModuleType) -> None:
     def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
         return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
 
-    initialize_global_process_group_ray.__verlog_patched__ = True  # type: ignore[attr-defined]
-    initialize_global_process_group_ray.__wrapped__ = original  # type: ignore[attr-defined]
-    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+    _install(module, "initialize_global_process_group_ray", initialize_global_process_group_ray, original)
     _patch_torchrun_process_group(module)
 
 
@@ -345,9 +350,7 @@ def _patch_torchrun_process_group(module: types.ModuleType) -> None:
         )
         return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
-    initialize_global_process_group.__verlog_patched__ = True  # type: ignore[attr-defined]
-    initialize_global_process_group.__wrapped__ = original  # type: ignore[attr-defined]
-    module.initialize_global_process_group = initialize_global_process_group
+    _install(module, "initialize_global_process_group", initialize_global_process_group, original)
 
 
 # --------------------------------------------------------------------------------------------- 4. value head
@@ -368,9 +371,7 @@ def _patch_valuehead(module: types.ModuleType) -> None:
             trust_remote_code=trust_remote_code,
         )
 
-    load_valuehead_model.__verlog_patched__ = True  # type: ignore[attr-defined]
-    load_valuehead_model.__wrapped__ = original  # type: ignore[attr-defined]
-    module.load_valuehead_model = load_valuehead_model
+    _install(module, "load_valuehead_model", load_valuehead_model, original)
 
 
 # --------------------------------------------------------------------------------------------- 5. vllm version
@@ -447,9 +448,7 @@ def _patch_vllm_linear(module: types.ModuleType) -> None:
         dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
         return None
 
-    process_weights_after_loading.__verlog_patched__ = True  # type: ignore[attr-defined]
-    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
-    method_cls.process_weights_after_loading = process_weights_after_loading
+    _install(method_cls, "process_weights_after_loading", process_weights_after_loading, original)
 
 
 # --------------------------------------------------------------------------------------------- 7. FSDP2 offload
