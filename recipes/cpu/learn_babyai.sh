@@ -55,8 +55,8 @@
 #   fine-tuned at 1e-3, and at 1e-6 30 iterations would not move it. Critic warm-up 3 iterations (the critic starts
 #   with a random value head). KL and entropy coefficients are Verlog's. Sampling temperature 1.0 (PPO needs the
 #   sampling policy's log-probs) and evaluation at the same temperature.
-# - MAX_STEPS=24 is 4-5 times the expert's mean episode (about 5 turns) and keeps evaluation and rollouts short;
-#   success is measured under that limit for every model alike.
+# - MAX_STEPS=24 is 4-5 times the expert's mean episode (about 5 turns; the expert won 100 of 100 episodes under
+#   it) and keeps evaluation and rollouts short; success is measured under that limit for every model alike.
 # - Seeds: demos 0-399 (the last 20 for validation), PPO slots start at 500000 (later PPO episodes draw 31-bit
 #   seeds from the env pool's generator), evaluation 1000000-1000199; the recipe refuses overlapping ranges. The
 #   same evaluation seeds for every model, so the differences are paired by seed.
