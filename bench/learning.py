@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(md.read_text(encoding="utf-8"))
-    print(f"[learning] wrote {md}" + (f" and {png}" if png else " (no PPO metrics yet: no learning curve)"))
+    curve = f" and {png}" if png else " (no PPO rollout episode has ended yet: no learning curve)"
+    print(f"[learning] wrote {md}{curve}")
     return 0
 
 

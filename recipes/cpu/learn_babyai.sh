@@ -30,7 +30,7 @@
 #   EVAL_SEED_START     first evaluation seed [1000000]; seeds EVAL_SEED_START .. + EPISODES - 1
 #   EVAL_TEMPERATURE    evaluation sampling temperature [1.0, as in the rollout and BALROG]
 #   PPO_ITERATIONS      PPO iterations of each PPO run [30; smoke 2]
-#   PPO_SLOTS, PPO_TURNS  env slots x turns per slot = rows per iteration [8 x 4; smoke 2 x 2]
+#   PPO_SLOTS, PPO_TURNS  env slots x turns per slot = rows per iteration [8 x 4; smoke 2 x 4]
 #   PPO_SEED            seed of the first PPO episodes (slot i: PPO_SEED + i) [500000]
 #   PPO_RANKS           CPU training ranks [2]
 #   ACTOR_LR, CRITIC_LR, CRITIC_WARMUP, PPO_EPOCHS, MINI_BATCHES   [5e-5, 2e-4, 3, 1, 2; smoke warm-up 0]
@@ -61,6 +61,9 @@
 #   seeds from the env pool's generator), evaluation 1000000-1000199; the recipe refuses overlapping ranges. The
 #   same evaluation seeds for every model, so the differences are paired by seed.
 set -euo pipefail
+# the whole script is one { ... } block: bash reads it completely before running, so editing this file during a
+# (long) run cannot change or break the running copy
+{
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -93,7 +96,7 @@ if [ "$SMOKE" = 1 ]; then
     EPISODES="${EPISODES:-4}"
     PPO_ITERATIONS="${PPO_ITERATIONS:-2}"
     PPO_SLOTS="${PPO_SLOTS:-2}"
-    PPO_TURNS="${PPO_TURNS:-2}"
+    PPO_TURNS="${PPO_TURNS:-4}" # 2 iterations x 4 turns > MAX_STEPS: some episodes end (a learning curve)
     CRITIC_WARMUP="${CRITIC_WARMUP:-0}"
 fi
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/outputs/learn-babyai}"
@@ -277,3 +280,5 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 "${RESULTS_CMD[@]}"
 echo "[learn] done: results in $RESULTS, run folder $RUN"
+exit 0
+}
