@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pool.py                    # Crafter and BabyAI, 8 envs, 2 workers
     .venv/bin/python bench/pool.py --quick            # fewer steps, a few seconds per game
+    .venv/bin/python bench/pool.py --images           # envs render an RGB frame every step (render-bound)
     .venv/bin/python bench/pool.py --games babyai/goto --envs 16 --workers 2
 
 For each game, in one run: env steps per second of (a) a plain loop over N envs in this process (auto-reset by
@@ -42,16 +43,19 @@ def action_plan(actions: list[str], n_envs: int, steps: int, seed: int = 0) -> l
     return [[rng.choice(actions) for _ in range(n_envs)] for _ in range(steps)]
 
 
-def run_game(env_id: str, n_envs: int, workers: int, steps: int, rounds: int) -> dict[str, dict[str, float]]:
+def run_game(
+    env_id: str, n_envs: int, workers: int, steps: int, rounds: int, env_kwargs: dict | None = None
+) -> dict[str, dict[str, float]]:
     """Steps/s of the three modes, timed in interleaved rounds so that load changes hit them alike.
 
     Returns mode -> {"best": steps/s, "median": steps/s, "ratio": median over rounds of (mode / plain) of the
     same round, "startup": s}.
     """
-    probe = envs.make(env_id)
+    env_kwargs = env_kwargs or {}
+    probe = envs.make(env_id, **env_kwargs)
     plan = action_plan(list(probe.actions), n_envs, steps)
     probe.close()
-    plain_envs = [envs.make(env_id) for _ in range(n_envs)]
+    plain_envs = [envs.make(env_id, **env_kwargs) for _ in range(n_envs)]
     # The pool's seeding, so that all modes play the same episodes: slot i starts with seed i (reset(seeds=0)), and
     # its later episodes take seeds from numpy.random.default_rng(i).
     seed_rngs = [np.random.default_rng(i) for i in range(n_envs)]
@@ -66,11 +70,12 @@ def run_game(env_id: str, n_envs: int, workers: int, steps: int, rounds: int) ->
 
     startup = {"plain": 0.0}
     start = time.perf_counter()
-    local = EnvPool(env_id, num_envs=n_envs, in_process=True)
+    keep = bool(env_kwargs.get("render_image"))
+    local = EnvPool(env_id, num_envs=n_envs, in_process=True, env_kwargs=env_kwargs, keep_images=keep)
     local.reset(seeds=0)
     startup["in-process"] = time.perf_counter() - start
     start = time.perf_counter()
-    remote = EnvPool(env_id, num_envs=n_envs, num_workers=workers)
+    remote = EnvPool(env_id, num_envs=n_envs, num_workers=workers, env_kwargs=env_kwargs, keep_images=keep)
     remote.reset(seeds=0)
     startup["workers"] = time.perf_counter() - start
     modes = {"plain": plain_step, "in-process": local.step, "workers": remote.step}
@@ -129,6 +134,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="pool steps per round (default: per game)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds per mode")
     parser.add_argument("--quick", action="store_true", help="fewer steps and 2 rounds")
+    parser.add_argument(
+        "--images", action="store_true", help="envs render their RGB frame every step (render_image=True)"
+    )
     args = parser.parse_args()
     default_steps = {"crafter/default": 100, "babyai/goto": 400}
     rounds = 2 if args.quick else args.rounds
@@ -142,7 +150,8 @@ def main() -> None:
         steps = args.steps or default_steps.get(env_id, 200)
         if args.quick:
             steps = max(10, steps // 5)
-        result = run_game(env_id, args.envs, args.workers, steps, rounds)
+        kwargs = {"render_image": True} if args.images else {}
+        result = run_game(env_id, args.envs, args.workers, steps, rounds, kwargs)
         labels = {
             "plain": f"plain loop, {args.envs} envs",
             "in-process": "EnvPool in-process",
