@@ -503,6 +503,14 @@ class EnvPool:
                 out[i] = result[1:]
         return out
 
+    def episode_seed(self, slot: int) -> int | None:
+        """The seed ``slot``'s current episode was reset with; None when it was reset unseeded or restored from a
+        saved state (its seed is then whatever the saving run recorded)."""
+        checkpoint = self._slots[slot].checkpoint
+        if checkpoint is None or checkpoint[0] != "seed":
+            return None
+        return None if checkpoint[1] is None else int(checkpoint[1])
+
     def instruction(self, slot: int) -> str:
         """The current episode's instruction (task prompt with the valid actions) of ``slot``."""
         return self.get_attr(slot, "instruction")

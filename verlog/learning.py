@@ -37,6 +37,7 @@ TARGET_GAIN = 0.20  # issue 9: PPO raises success by >= 20 points over SFT, with
 TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "settings.env"
 METRICS_FILE = "metrics.jsonl"
+ROLLOUT_FILE = "rollout.jsonl"
 
 
 class LearningResultsError(VerlogError, ValueError):
@@ -146,6 +147,15 @@ class Curve:
     iterations: int = 0
 
 
+def read_training_seeds(rollout_path: str | Path) -> set[int]:
+    """The env seeds of every episode a PPO run trained on, from its ``rollout.jsonl`` (``episode_seeds``; empty for
+    logs written before verlog recorded seeds)."""
+    seeds: set[int] = set()
+    for record in read_jsonl(rollout_path):
+        seeds.update(int(v) for v in record.get("episode_seeds", {}).values() if v is not None)
+    return seeds
+
+
 def read_curve(metrics_path: str | Path) -> Curve:
     """The learning curve in a PPO run's ``metrics.jsonl`` (a line per iteration; on repeats the last wins)."""
     by_step: dict[int, dict[str, Any]] = {}
@@ -200,6 +210,7 @@ class LearningResults:
     comparisons: list[Comparison]
     demo_seeds: set[int]
     seed_overlaps: dict[str, list[int]]
+    ppo_seeds: dict[str, set[int]] = field(default_factory=dict)  # PPO run -> logged training seeds
 
     def target_met(self) -> bool | None:
         """Issue 9's target for dual-GAE PPO over SFT (gain >= 20 points, interval above 0); None if not measured."""
@@ -249,9 +260,15 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
     if "PPO_SEED" in settings and "PPO_SLOTS" in settings:
         start = int(settings["PPO_SEED"])
         ppo_first = set(range(start, start + int(settings["PPO_SLOTS"])))
+    ppo_seeds = {
+        name: read_training_seeds(run / folder / ROLLOUT_FILE)
+        for name, folder in PPO_RUNS.items()
+        if (run / folder / ROLLOUT_FILE).is_file()
+    }
+    trained_on = demo_seeds | ppo_first | set().union(*ppo_seeds.values())
     overlaps = {}
     for name, result in evals.items():
-        bad = sorted(result.seeds & (demo_seeds | ppo_first))
+        bad = sorted(result.seeds & trained_on)
         if bad:
             overlaps[name] = bad
     return LearningResults(
@@ -263,6 +280,7 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         comparisons=comparisons,
         demo_seeds=demo_seeds,
         seed_overlaps=overlaps,
+        ppo_seeds=ppo_seeds,
     )
 
 
@@ -426,9 +444,11 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     if "PPO_SEED" in s:
         lines.append(
             f"- PPO: slot i's first episode uses seed {s['PPO_SEED']} + i; later episodes draw 31-bit seeds "
-            "from the env pool's generator (not logged; a clash with the evaluation seeds has a chance of "
-            "about 1e-4 over a run)."
+            "from the env pool's generator."
         )
+    for name, seeds in results.ppo_seeds.items():
+        if seeds:
+            lines.append(f"- PPO, {name}: trained on {len(seeds)} episodes' seeds (logged in rollout.jsonl).")
     if results.seed_overlaps:
         for name, bad in results.seed_overlaps.items():
             lines.append(
@@ -436,7 +456,10 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
                 "not on unseen layouts."
             )
     elif evals:
-        lines.append("- No evaluation seed was used by the demonstrations or by the PPO runs' first episodes.")
+        lines.append(
+            "- No evaluation seed was used by the demonstrations or by any logged PPO training episode"
+            + ("." if any(results.ppo_seeds.values()) else " (only the PPO runs' first episodes' seeds are known).")
+        )
     if s:
         lines += ["", "## Settings (the recipe's environment variables)", "", "| setting | value |", "|---|---|"]
         lines += [f"| `{k}` | {v} |" for k, v in s.items()]

@@ -274,3 +274,20 @@ def test_recipe_skips_finished_stages_and_refuses_overlapping_seeds(tmp_path):
     bad = _recipe("--dry-run", OUTPUT_DIR=str(run), EVAL_SEED_START="100")
     assert bad.returncode == 2 and "seed ranges overlap" in bad.stderr
     assert _recipe("--bogus").returncode == 2
+
+
+def test_logged_ppo_training_seeds_are_checked_against_evaluation(run_dir):
+    run, _ = run_dir
+    rollout = [
+        {"step": 1, "episode_seeds": {"r-s0-e1": 500000, "r-s1-e1": 500001}},
+        {"step": 2, "episode_seeds": {"r-s0-e2": 1234567, "r-s1-e1": 500001, "r-s1-e2": None}},
+    ]
+    (run / PPO_DUAL / "rollout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rollout))
+    res = collect(run, n_resamples=B)
+    assert res.ppo_seeds == {"dual GAE": {500000, 500001, 1234567}} and not res.seed_overlaps
+    assert "trained on 3 episodes' seeds" in render_markdown(res)
+    clash = EVAL_SEEDS[4]
+    rollout.append({"step": 3, "episode_seeds": {"r-s0-e3": clash}})
+    (run / PPO_DUAL / "rollout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rollout))
+    res = collect(run, n_resamples=B)
+    assert res.seed_overlaps == {name: [clash] for name in res.evals}

@@ -35,6 +35,7 @@ class TurnRow:
         bootstrap_prompt_ids: prompt of ``s_{t+1}`` when ``next_row == -1`` and not ``terminated``, else None.
         action: the action the env executed; ``action_valid`` whether the model's text named a valid action.
         env_error: the env failure that cut the episode here, or None.
+        seed: the env seed the episode was reset with (None: reset unseeded or restored from a saved state).
     """
 
     slot: int
@@ -52,6 +53,7 @@ class TurnRow:
     action_valid: bool = True
     env_error: str | None = None
     generation_failed: bool = False
+    seed: int | None = None
 
 
 @dataclass
@@ -69,6 +71,7 @@ class EpisodeStats:
     response_tokens: float
     truncated: bool
     env_error: bool
+    seed: int | None = None  # the env seed the episode was reset with (None: unseeded or restored from a state)
 
 
 @dataclass

@@ -83,6 +83,7 @@ class _SlotEpisode:
     prompt_tokens: int = 0
     response_tokens: int = 0
     last_progression: float = 0.0
+    seed: int | None = None
 
     def state(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -142,6 +143,7 @@ class RolloutManager:
         ep.episode_id = f"{self.run_id}-s{slot}-e{ep.count}"
         ep.turn = ep.valid = ep.prompt_tokens = ep.response_tokens = 0
         ep.ret = ep.last_progression = 0.0
+        ep.seed = self.pool.episode_seed(slot)
         memory = self.memories[slot]
         memory.reset(self.pool.instruction(slot))
         memory.observe(obs.long_term, obs.short_term)
@@ -214,6 +216,7 @@ class RolloutManager:
                         response_ids=list(gen.token_ids),
                         response_logprobs=gen.log_probs,
                         generation_failed=failed,
+                        seed=ep.seed,
                     )
                 )
                 texts.append(text)
@@ -272,6 +275,7 @@ class RolloutManager:
                 response_tokens=ep.response_tokens / max(ep.turn, 1),
                 truncated=row.truncated,
                 env_error=row.env_error is not None,
+                seed=ep.seed,
             )
         )
         self._begin_episode(slot, obs)

@@ -52,7 +52,18 @@ class VerlogAgentLoopManager(AgentLoopManager):
         elapsed = time.perf_counter() - t0
         self.last_batch = batch
         self.last_metrics = {**batch.metrics(), **self.rollout.last_timing}
-        self.iteration_log.append({"start_episodes": start_episodes, "rows": len(batch)})
+        self.iteration_log.append(
+            {
+                "start_episodes": start_episodes,
+                "rows": len(batch),
+                # every episode with a row in this batch -> the env seed it was reset with (training layouts)
+                "episode_seeds": {r.episode_id: r.seed for r in batch.rows},
+                "finished_episodes": [
+                    {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
+                    for e in batch.episodes
+                ],
+            }
+        )
         return self.to_dataproto(batch, elapsed)
 
     def to_dataproto(self, batch: TurnBatch, elapsed: float = 0.0) -> DataProto:

@@ -144,3 +144,24 @@ def test_env_crash_truncates_the_episode_and_the_slot_goes_on(tokenizer, generat
     assert batch.metrics()["rollout/env_errors"] == 2
     assert len(batch) == 6  # the batch keeps its size; the slots start new episodes
     assert all(eid.endswith("-e2") for eid, _ in m.current_episodes())
+
+
+def test_finished_episodes_record_the_seed_that_reproduces_them(tokenizer, generator):
+    from envs import make
+
+    m = _manager(tokenizer, generator, slots=2, max_steps=2, seed=40)
+    batch = m.collect(4)  # max_steps=2: every slot finishes two episodes
+    by_slot = {s: [e for e in batch.episodes if e.slot == s] for s in (0, 1)}
+    assert [len(eps) for eps in by_slot.values()] == [2, 2]
+    assert [by_slot[s][0].seed for s in (0, 1)] == [40, 41]  # slot i's first episode: seed + i
+    assert all(r.seed == {e.episode_id: e.seed for e in batch.episodes}[r.episode_id] for r in batch.rows)
+    later = [by_slot[s][1].seed for s in (0, 1)]
+    assert all(isinstance(seed, int) for seed in later) and len(set(later) | {40, 41}) == 4
+    # the recorded seed rebuilds the episode: a fresh env reset with it gives the instruction the slot saw
+    m2 = _manager(tokenizer, generator, slots=2, max_steps=2, seed=40)
+    m2.collect(2)  # the second episodes have just begun
+    for s in (0, 1):
+        env = make("babyai/goto", max_steps=2)
+        env.reset(seed=later[s])
+        assert env.instruction == m2.pool.instruction(s)
+        env.close()

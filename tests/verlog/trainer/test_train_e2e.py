@@ -101,4 +101,9 @@ def test_resume_continues_the_same_episodes(runs):
     assert list(resumed) == [3]
     assert resumed[3]["start_episodes"] == first[3]["start_episodes"]
     assert all(turn > 0 for _, turn in first[3]["start_episodes"])
+    # every finished episode is logged with the env seed it was reset with (checkable against evaluation seeds)
+    finished = [e for r in first.values() for e in r["finished_episodes"]]
+    assert finished and all(isinstance(e["seed"], int) for e in finished)
+    seeds = {eid: seed for r in first.values() for eid, seed in r["episode_seeds"].items()}
+    assert all(seeds[e["id"]] == e["seed"] for e in finished) and all(isinstance(s, int) for s in seeds.values())
     assert "[verlog] resumed 4 env slots" in proc.stdout
