@@ -130,11 +130,22 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
             "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
             "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
             "critic.fsdp.use_torch_compile=False",
+            # fp32 compute and no activation recomputation: on a CPU without bf16 units verl's defaults (bf16 mixed
+            # precision, gradient checkpointing) are slower (docs/design.md, "CPU precision")
+            f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={_FP32}",
+            f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={_FP32}",
+            f"+critic.fsdp.mixed_precision={_FP32}",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+            "critic.model.enable_gradient_checkpointing=False",
+            "actor_rollout_ref.rollout.dtype=float32",
             "actor_rollout_ref.rollout.enforce_eager=True",
             "actor_rollout_ref.rollout.free_cache_engine=False",
             "+actor_rollout_ref.rollout.enable_sleep_mode=False",
         ]
     return out
+
+
+_FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 
 
 def build_verl_config(cfg: DictConfig) -> DictConfig:
