@@ -5,7 +5,8 @@
 
 Writes the markdown, ``<name>_curve.png`` (success and return against PPO iteration) and ``<name>.json`` next to
 it. Reads evaluations' ``episodes.jsonl``, the PPO runs' ``metrics.jsonl``, ``timings.jsonl`` and ``settings.env``
-(recipes/cpu/learn_babyai.sh writes them all); stages not run yet are reported as such. Code: verlog/learning.py.
+(recipes/cpu/learn_babyai.sh writes them all) and, if present, the run folder's notes.md (what was tried by hand
+before the run, included as written); stages not run yet are reported as such. Code: verlog/learning.py.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "settings.env"
 METRICS_FILE = "metrics.jsonl"
 ROLLOUT_FILE = "rollout.jsonl"
+NOTES_FILE = "notes.md"
 
 
 class LearningResultsError(VerlogError, ValueError):
@@ -211,6 +212,7 @@ class LearningResults:
     demo_seeds: set[int]
     seed_overlaps: dict[str, list[int]]
     ppo_seeds: dict[str, set[int]] = field(default_factory=dict)  # PPO run -> logged training seeds
+    notes: str = ""  # the run folder's notes.md: what was tried before this run, by hand
 
     def target_met(self) -> bool | None:
         """Issue 9's target for dual-GAE PPO over SFT (gain >= 20 points, interval above 0); None if not measured."""
@@ -281,6 +283,7 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         demo_seeds=demo_seeds,
         seed_overlaps=overlaps,
         ppo_seeds=ppo_seeds,
+        notes=(run / NOTES_FILE).read_text(encoding="utf-8") if (run / NOTES_FILE).is_file() else "",
     )
 
 
@@ -464,7 +467,9 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
         lines += ["", "## Settings (the recipe's environment variables)", "", "| setting | value |", "|---|---|"]
         lines += [f"| `{k}` | {v} |" for k, v in s.items()]
     lines += ["", METHOD_NOTES]
-    return "\n".join(lines) + "\n"
+    if results.notes:
+        lines += ["## Notes on this run", "", f"(From `{NOTES_FILE}` in the run folder.)", "", results.notes.strip(), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 METHOD_NOTES = """## How the settings were chosen
@@ -473,15 +478,15 @@ METHOD_NOTES = """## How the settings were chosen
 
 - **Model**: a random-weight Qwen2 of 384 hidden x 6 layers (about 11M parameters, vocab 1024, head_dim 64), the
   size measured for SFT on this CPU (about 1.4k tokens/s in fp32; it learnt the THINK/ACTION format within about 20
-  steps). A PPO iteration of 32 rows of about 420 tokens costs about 13k tokens through actor and critic updates
-  plus four forward passes, about 30-40 s on an idle machine; the 26M model that ran 15 s per step on tiny batches
-  would halve the iterations in the 30-minute PPO budget.
+  steps). A PPO iteration of 64 rows padded to 496 tokens takes about 55 s during critic warm-up and 70 s after, in
+  fp32 (verl's bf16 defaults were 5x slower on this CPU; docs/design.md), plus a 3-minute start-up.
 - **SFT length**: 60 steps of 16 rows, about half an epoch of 400 expert episodes, so that the format is learnt but
   the policy is not; the SFT model must stay clearly below the ceiling. If its success exceeds about 70%, rerun
   with fewer `SFT_STEPS`; if it never writes a valid action, with more.
-- **PPO**: 8 slots x 4 turns = 32 rows per iteration, 2 mini-batches, 1 epoch, 30 iterations (about 20-25 minutes
-  after a 2-3 minute start-up), 3 critic-only warm-up iterations (the value head starts random); actor lr 5e-5 and
-  critic lr 2e-4, far above Verlog's 1e-6 for a 3B model, since this small model was fine-tuned at 1e-3 and 30
+- **PPO**: 16 slots x 4 turns = 64 rows per iteration, 4 mini-batches, 1 epoch, 18 iterations (about 20-25 minutes
+  with the start-up), 2 critic-only warm-up iterations (the value head starts random). Episodes last about 20 turns,
+  so more slots rather than more turns per slot give each iteration more finished episodes. Actor lr 5e-5 and
+  critic lr 2e-4, far above Verlog's 1e-6 for a 3B model, since this small model was fine-tuned at 1e-3 and 18
   iterations at 1e-6 would not move it. KL and entropy coefficients and the discounts (0.99 / 0.95 between turns)
   are Verlog's. The single-discount run differs only in token gamma / lambda = 0.99 / 0.95 (ordinary GAE over the
   episode's tokens) instead of 1 / 1.

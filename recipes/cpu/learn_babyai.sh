@@ -4,7 +4,7 @@
 #   demos (expert, train seeds) -> SFT -> eval SFT model -> PPO, dual-discount GAE (from the SFT model) -> eval
 #   -> PPO, single-discount GAE (same SFT model, budget and seeds) -> eval -> results (markdown + learning curve)
 #
-#   bash recipes/cpu/learn_babyai.sh                 # the real run: about 1.5-2 h on an idle 2-core machine
+#   bash recipes/cpu/learn_babyai.sh                 # the real run: about 1.5 h on an idle 2-core machine
 #   SMOKE=1 bash recipes/cpu/learn_babyai.sh         # tiny budgets: checks the chain end to end in minutes
 #   bash recipes/cpu/learn_babyai.sh --dry-run       # print every stage's command; run nothing
 #   OUTPUT_DIR=/tmp/learn PPO_ITERATIONS=40 bash recipes/cpu/learn_babyai.sh
@@ -29,31 +29,35 @@
 #   EPISODES            evaluation episodes per model [200; smoke 4]
 #   EVAL_SEED_START     first evaluation seed [1000000]; seeds EVAL_SEED_START .. + EPISODES - 1
 #   EVAL_TEMPERATURE    evaluation sampling temperature [1.0, as in the rollout and BALROG]
-#   PPO_ITERATIONS      PPO iterations of each PPO run [30; smoke 2]
-#   PPO_SLOTS, PPO_TURNS  env slots x turns per slot = rows per iteration [8 x 4; smoke 2 x 4]
+#   PPO_ITERATIONS      PPO iterations of each PPO run [18; smoke 2]
+#   PPO_SLOTS, PPO_TURNS  env slots x turns per slot = rows per iteration [16 x 4; smoke 2 x 4]
 #   PPO_SEED            seed of the first PPO episodes (slot i: PPO_SEED + i) [500000]
 #   PPO_RANKS           CPU training ranks [2]
-#   ACTOR_LR, CRITIC_LR, CRITIC_WARMUP, PPO_EPOCHS, MINI_BATCHES   [5e-5, 2e-4, 3, 1, 2; smoke warm-up 0]
+#   ACTOR_LR, CRITIC_LR, CRITIC_WARMUP, PPO_EPOCHS, MINI_BATCHES   [5e-5, 2e-4, 2, 1, 4; smoke warm-up 0]
 #   STEP_GAMMA, STEP_LAM  discount and lambda between turns [0.99, 0.95]; the dual run keeps token gamma = lambda
 #                       = 1 (Verlog's), the single run sets token gamma/lambda = STEP_GAMMA/STEP_LAM (ordinary GAE)
 #   MAX_RESPONSE_TOKENS, MAX_PROMPT_TOKENS   [48, 1024] (a demo answer is about 36 tokens with the tiny tokenizer)
-#   PPO_SAVE_FREQ       checkpoint every this many iterations (for resuming) [10]
+#   PPO_PROMPT_TOKENS   prompt budget of PPO rows [448]: every row is padded to it (plus MAX_RESPONSE_TOKENS) on the
+#                       CPU, where verl runs without padding removal; prompts here are 270-380 tokens
+#   PPO_SAVE_FREQ       checkpoint every this many iterations (for resuming) [5]
 #   PYTHON              [.venv/bin/python of the repository]
 #
-# How these were chosen (nothing here is measured yet on the full settings; docs/results.md says how to report):
+# How these were chosen (docs/results.md has the measured run):
 # - Model: 384 hidden x 6 layers (about 11M parameters, vocab 1024) is the size shared/STACK.md measured for SFT on
-#   this CPU (about 1.4k tokens/s fp32, learns the THINK/ACTION format within about 20 steps). A 26M model ran about
-#   15 s per PPO step on tiny batches; rows here are about 420 tokens (prompt 380 + answer 36), so a PPO iteration of
-#   32 rows costs about 13k tokens through actor and critic updates plus four forward passes: about 30-40 s on an
-#   idle machine. The 26M model would halve the iterations that fit the 30-minute PPO budget.
+#   this CPU (about 1.4k tokens/s fp32, learns the THINK/ACTION format within about 20 steps). Measured here: a PPO
+#   iteration of 64 rows padded to 496 tokens takes about 55 s during critic warm-up and 70 s after (fp32; verl's
+#   bf16 defaults were 5x slower, docs/design.md), plus a 3-minute start-up.
 # - SFT length: 60 steps of 16 rows (about 1000 of the 1900 expert turns, half an epoch; about 5-8 min) instead of
 #   configs/sft/cpu.yaml's 100, so that the format is learnt but the policy is not: the SFT model must stay clearly
 #   below the ceiling for RL to have room. If the SFT evaluation reads above about 70% success, rerun with a new
 #   OUTPUT_DIR and fewer SFT_STEPS (or DEMO_EPISODES); if it never writes a valid action, more.
-# - PPO: 30 iterations x 32 rows (about 960 turns, 150-250 episodes at most MAX_STEPS=24 turns) fits about 20-25
-#   minutes after a 2-3 minute start-up. Learning rates are far above Verlog's 1e-6 (a 3B model): this 11M model was
-#   fine-tuned at 1e-3, and at 1e-6 30 iterations would not move it. Critic warm-up 3 iterations (the critic starts
-#   with a random value head). KL and entropy coefficients are Verlog's. Sampling temperature 1.0 (PPO needs the
+# - PPO: 18 iterations x 64 rows (1152 turns, about 60-100 episodes of at most MAX_STEPS=24 turns) fits the
+#   30-minute budget. 64 rows (16 slots) rather than fewer, larger steps: episodes last about 20 turns, so a slot
+#   ends an episode every 5 iterations, and more slots give each iteration more finished episodes; 4 mini-batches
+#   give 64 actor steps per run. Learning rates are far above Verlog's 1e-6 (a 3B model): this 11M model was
+#   fine-tuned at 1e-3, and at 1e-6 18 iterations would not move it; 1e-4 with 8-row mini-batches made the valid-
+#   action rate fall from 0.87 to 0.65 within 8 iterations in a trial, so 5e-5. Critic warm-up 2 iterations (the
+#   critic starts with a random value head). KL and entropy coefficients are Verlog's. Sampling temperature 1.0 (PPO needs the
 #   sampling policy's log-probs) and evaluation at the same temperature.
 # - MAX_STEPS=24 is 4-5 times the expert's mean episode (about 5 turns; the expert won 100 of 100 episodes under
 #   it) and keeps evaluation and rollouts short; success is measured under that limit for every model alike.
@@ -118,27 +122,28 @@ SFT_LR="${SFT_LR:-1e-3}"
 EPISODES="${EPISODES:-200}"
 EVAL_SEED_START="${EVAL_SEED_START:-1000000}"
 EVAL_TEMPERATURE="${EVAL_TEMPERATURE:-1.0}"
-PPO_ITERATIONS="${PPO_ITERATIONS:-30}"
-PPO_SLOTS="${PPO_SLOTS:-8}"
+PPO_ITERATIONS="${PPO_ITERATIONS:-18}"
+PPO_SLOTS="${PPO_SLOTS:-16}"
 PPO_TURNS="${PPO_TURNS:-4}"
 PPO_SEED="${PPO_SEED:-500000}"
 PPO_RANKS="${PPO_RANKS:-2}"
 ACTOR_LR="${ACTOR_LR:-5e-5}"
 CRITIC_LR="${CRITIC_LR:-2e-4}"
-CRITIC_WARMUP="${CRITIC_WARMUP:-3}"
+CRITIC_WARMUP="${CRITIC_WARMUP:-2}"
 PPO_EPOCHS="${PPO_EPOCHS:-1}"
-MINI_BATCHES="${MINI_BATCHES:-2}"
+MINI_BATCHES="${MINI_BATCHES:-4}"
 STEP_GAMMA="${STEP_GAMMA:-0.99}"
 STEP_LAM="${STEP_LAM:-0.95}"
 MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-48}"
 MAX_PROMPT_TOKENS="${MAX_PROMPT_TOKENS:-1024}"
-PPO_SAVE_FREQ="${PPO_SAVE_FREQ:-10}"
+PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-448}"
+PPO_SAVE_FREQ="${PPO_SAVE_FREQ:-5}"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 
 SETTINGS=(SMOKE OUTPUT_DIR RESULTS TASK MAX_STEPS DEMO_EPISODES DEMO_VAL_EPISODES DEMO_SEED_START MODEL_HIDDEN
     MODEL_LAYERS MODEL_HEADS MODEL_KV_HEADS MODEL_FFN MODEL_VOCAB SFT_STEPS SFT_BATCH SFT_LR EPISODES EVAL_SEED_START
     EVAL_TEMPERATURE PPO_ITERATIONS PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP PPO_EPOCHS
-    MINI_BATCHES STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_SAVE_FREQ)
+    MINI_BATCHES STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ)
 
 ENV_ID="babyai/$TASK"
 case "$OUTPUT_DIR" in
@@ -254,7 +259,7 @@ ppo() {
         model=tiny-cpu model.name=sft model.path="$RUN/sft/model" model.build_tiny=false \
         hardware=cpu hardware.n_gpus_per_node="$PPO_RANKS" hardware.ray.temp_dir="${RAY_TMPDIR:-/tmp/verlog-ray}" \
         rollout.num_slots="$PPO_SLOTS" rollout.turns_per_slot="$PPO_TURNS" \
-        rollout.max_prompt_tokens="$MAX_PROMPT_TOKENS" rollout.max_response_tokens="$MAX_RESPONSE_TOKENS" \
+        rollout.max_prompt_tokens="$PPO_PROMPT_TOKENS" rollout.max_response_tokens="$MAX_RESPONSE_TOKENS" \
         memory.n=1 memory.keep_reasoning_turns=1 \
         algorithm.step_gamma="$STEP_GAMMA" algorithm.step_lam="$STEP_LAM" \
         algorithm.token_gamma="$2" algorithm.token_lam="$3" \

@@ -257,7 +257,7 @@ def test_recipe_dry_run_lists_stages_with_disjoint_seeds(tmp_path, smoke):
     differ = {a.split("=")[0] for a in set(ppo) ^ set(single)}
     assert differ == {"output_dir", "run_name", "algorithm.token_gamma", "algorithm.token_lam"}
     assert _opt(stages["eval_ppo_dual"], "--model") == str(tmp_path / "run" / "ppo_dual" / "checkpoints")
-    assert _opt(ppo, "iterations") == ("30" if smoke == "0" else "2")
+    assert _opt(ppo, "iterations") == ("18" if smoke == "0" else "2")
 
 
 def test_recipe_skips_finished_stages_and_refuses_overlapping_seeds(tmp_path):
@@ -265,11 +265,11 @@ def test_recipe_skips_finished_stages_and_refuses_overlapping_seeds(tmp_path):
     (run / "demos").mkdir(parents=True)
     (run / "demos" / "demos.json").write_text("{}")
     (run / "ppo_dual" / "checkpoints").mkdir(parents=True)
-    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("10")  # of 30: not done
+    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("10")  # of 18: not done
     out = _recipe("--dry-run", OUTPUT_DIR=str(run)).stdout
     assert "# stage demos (output exists: would be skipped)" in out
     assert "# stage sft (would run)" in out and "# stage ppo_dual (would run)" in out
-    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("30\n")
+    (run / "ppo_dual" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("18\n")
     assert "# stage ppo_dual (output exists: would be skipped)" in _recipe("--dry-run", OUTPUT_DIR=str(run)).stdout
     bad = _recipe("--dry-run", OUTPUT_DIR=str(run), EVAL_SEED_START="100")
     assert bad.returncode == 2 and "seed ranges overlap" in bad.stderr
@@ -291,3 +291,12 @@ def test_logged_ppo_training_seeds_are_checked_against_evaluation(run_dir):
     (run / PPO_DUAL / "rollout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rollout))
     res = collect(run, n_resamples=B)
     assert res.seed_overlaps == {name: [clash] for name in res.evals}
+
+
+def test_the_run_folders_notes_are_included(run_dir):
+    run, _ = run_dir
+    assert "## Notes on this run" not in render_markdown(collect(run, n_resamples=B))
+    (run / "notes.md").write_text("- attempt 1: bf16, 122 s per iteration\n")
+    md = render_markdown(collect(run, n_resamples=B))
+    assert md.index("## Notes on this run") > md.index("## How the settings were chosen")
+    assert "- attempt 1: bf16, 122 s per iteration\n" in md
