@@ -468,7 +468,8 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
         lines += [f"| `{k}` | {v} |" for k, v in s.items()]
     lines += ["", METHOD_NOTES]
     if results.notes:
-        lines += ["## Notes on this run", "", f"(From `{NOTES_FILE}` in the run folder.)", "", results.notes.strip(), ""]
+        source = f"(From `{NOTES_FILE}` in the run folder.)"
+        lines += ["## Notes on this run", "", source, "", results.notes.strip(), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
