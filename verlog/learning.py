@@ -479,20 +479,22 @@ METHOD_NOTES = """## How the settings were chosen
 
 - **Model**: a random-weight Qwen2 of 384 hidden x 6 layers (about 11M parameters, vocab 1024, head_dim 64), the
   size measured for SFT on this CPU (about 1.4k tokens/s in fp32; it learnt the THINK/ACTION format within about 20
-  steps). A PPO iteration of 64 rows padded to 496 tokens takes about 55 s during critic warm-up and 70 s after, in
-  fp32 (verl's bf16 defaults were 5x slower on this CPU; docs/design.md), plus a 3-minute start-up.
+  steps). A PPO iteration of 96 rows padded to 496 tokens takes about 105 s in fp32 (verl's bf16 defaults were 5x
+  slower on this CPU; docs/design.md), plus a 2-3 minute start-up.
 - **SFT length**: 60 steps of 16 rows, about half an epoch of 400 expert episodes, so that the format is learnt but
   the policy is not; the SFT model must stay clearly below the ceiling. If its success exceeds about 70%, rerun
   with fewer `SFT_STEPS`; if it never writes a valid action, with more.
-- **PPO**: 16 slots x 4 turns = 64 rows per iteration, 4 mini-batches, 1 epoch, 18 iterations (about 20-25 minutes
-  with the start-up), 2 critic-only warm-up iterations (the value head starts random). Episodes last about 20 turns,
-  so more slots rather than more turns per slot give each iteration more finished episodes. Actor lr 5e-5 and
-  critic lr 2e-4, far above Verlog's 1e-6 for a 3B model, since this small model was fine-tuned at 1e-3 and 18
-  iterations at 1e-6 would not move it. KL and entropy coefficients and the discounts (0.99 / 0.95 between turns)
-  are Verlog's. The single-discount run differs only in token gamma / lambda = 0.99 / 0.95 (ordinary GAE over the
-  episode's tokens) instead of 1 / 1.
+- **Step limit**: 12, about 2.5 times the expert's mean episode (4.7 turns), so that episodes end often and PPO sees
+  more of them; every model is evaluated under the same limit.
+- **PPO**: 8 slots x 12 turns = 96 rows per iteration, so each slot plays a whole episode per iteration and most
+  advantages come from returns inside the batch rather than from a bootstrap value at the batch boundary; 4
+  mini-batches, 1 epoch, 18 iterations (about 30-33 minutes with the start-up), 1 critic-only warm-up iteration
+  (the value head starts random). Actor lr 1e-4 and critic lr 2e-4, far above Verlog's 1e-6 for a 3B model, since
+  this small model was fine-tuned at 1e-3 (5e-5 left it where it was in an earlier attempt). KL and entropy
+  coefficients and the discounts (0.99 / 0.95 between turns) are Verlog's. The single-discount run differs only in
+  token gamma / lambda = 0.99 / 0.95 (ordinary GAE over the episode's tokens) instead of 1 / 1.
 - **Evaluation**: the same 200 seeds (1000000-1000199, unseen in demonstrations and PPO) for every model, the
-  training prompt layout (memory n = 1), temperature 1.0, the step limit of training (24), BALROG's strict parsing;
+  training prompt layout (memory n = 1), temperature 1.0, the step limit of training, BALROG's strict parsing;
   differences are paired by seed.
 
 ## What to try if the target is not met
@@ -500,8 +502,10 @@ METHOD_NOTES = """## How the settings were chosen
 Check, in this order: the SFT model's success (too high leaves no room: fewer `SFT_STEPS`; near zero with few valid
 actions: more); the PPO runs' `actor/ppo_kl` and `actor/pg_clipfrac` in `metrics.jsonl` (near zero: raise
 `ACTOR_LR`; clip fraction above about 0.3: lower it); `critic/vf_explained_var` (negative for long: raise
-`CRITIC_WARMUP`); more `PPO_ITERATIONS` if the curve is still rising. Report every attempt here with its numbers; do
-not shrink the evaluation.
+`CRITIC_WARMUP`); more `PPO_ITERATIONS` if the curve is still rising. Watch the rollouts' valid-action rate against
+their success: with the format penalty, invalid actions are the densest signal, and a short budget can spend itself
+on them (a run may raise the valid-action rate and mean return while success stays flat). Report every attempt here
+with its numbers; do not shrink the evaluation.
 """
 
 
