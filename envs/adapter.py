@@ -82,7 +82,7 @@ class GymTextAdapter(TextEnv):
         progression: ``progression(view: EpisodeView) -> float`` in [0, 1]; by default 1.0 once solved.
         success: ``success(view: EpisodeView) -> bool``; by default "terminated with a positive last reward".
         render_images: put ``env.render()`` (for ``render_mode="rgb_array"`` envs) into ``TextObservation.image``.
-        parse_mode, format_penalty, invalid_action_feedback: as in :class:`~envs.core.TextEnv`.
+        parse_mode, format_penalty, invalid_action_feedback, time_limit: as in :class:`~envs.core.TextEnv`.
     """
 
     def __init__(
@@ -100,6 +100,7 @@ class GymTextAdapter(TextEnv):
         parse_mode: ParseMode = "strict",
         format_penalty: float = 0.0,
         invalid_action_feedback: bool = False,
+        time_limit: str = "truncate",
     ) -> None:
         space = env.action_space
         if not isinstance(space, gym.spaces.Discrete):
@@ -129,6 +130,7 @@ class GymTextAdapter(TextEnv):
             invalid_action_feedback=invalid_action_feedback,
             max_steps=max_steps,
             render_mode="rgb_array" if render_images else None,
+            time_limit=time_limit,
         )
         self.env = env
         self.describe = describe
@@ -167,8 +169,11 @@ class GymTextAdapter(TextEnv):
     def step(self, action: str) -> tuple[TextObservation, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         if self._view.truncated and not (terminated or truncated):
-            # The wrapped env cut the episode itself (its own time limit): keep that as a truncation.
-            truncated = True
+            # The wrapped env cut the episode itself (its own time limit): a time limit like ours, so it truncates
+            # or terminates as ``time_limit`` says.
+            truncated = self.time_limit == "truncate"
+            terminated = not truncated
+            info["time_limit_reached"] = True
             self._episode_over = True
             info["success"] = bool(self._game_success())
         return obs, reward, terminated, truncated, info

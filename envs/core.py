@@ -8,7 +8,8 @@ describes its own state and dynamics:
   invalid output, with an optional format penalty and an optional feedback line in the next observation;
 - the ``info`` keys every env sets (:data:`INFO_KEYS`): ``action``, ``raw_action``, ``action_valid``,
   ``episode_step``, ``progression`` and, once the episode ends, ``success``;
-- gymnasium's time-limit semantics: reaching ``max_steps`` gives ``truncated=True, terminated=False``;
+- gymnasium's time-limit semantics: reaching ``max_steps`` gives ``truncated=True, terminated=False`` (or, with
+  ``time_limit="terminate"``, ``terminated=True``: the task failed at the limit, as BALROG scores it);
 - ``get_state()/set_state()`` as bytes (pickled), so an episode can continue in another process.
 
 A game subclasses :class:`TextEnv` and implements the ``_game_*`` hooks.
@@ -28,6 +29,10 @@ from envs import actions as action_parsing
 from envs.actions import PARSE_MODES, ParseMode
 from envs.errors import EnvStateError
 
+TIME_LIMITS = ("truncate", "terminate")
+"""What reaching ``max_steps`` means: ``truncate`` (gymnasium's; training bootstraps with ``V(s_T)``) or
+``terminate`` (the episode failed there; no bootstrap, the value after it is 0)."""
+
 INFO_KEYS = ("action", "raw_action", "action_valid", "episode_step", "progression")
 """Keys present in every ``info`` dict a TextEnv returns (``success`` is added when the episode ends)."""
 
@@ -39,6 +44,7 @@ INVALID_ACTION_FEEDBACK = (
 __all__ = [
     "INFO_KEYS",
     "INVALID_ACTION_FEEDBACK",
+    "TIME_LIMITS",
     "ParseMode",
     "TextActionSpace",
     "TextEnv",
@@ -121,12 +127,18 @@ class TextEnv(gym.Env):
     Args:
         parse_mode: ``"strict"`` (BALROG's chain-of-thought parsing), ``"naive"`` (BALROG's naive agent) or
             ``"lenient"`` (see ``envs.actions``).
-        format_penalty: on an invalid answer the step reward is replaced by ``-format_penalty`` (Verlog's shaping);
-            0 keeps the env's reward.
+        format_penalty: on an invalid answer ``format_penalty`` is subtracted from the step reward (the env's own
+            reward is kept, so a goal reached by the default action is still rewarded); 0 turns it off. Verlog and
+            BALROG's training code replace the reward instead, which makes a success after an invalid answer worth
+            ``-format_penalty`` (docs/design.md, "Format penalty").
         invalid_action_feedback: put BALROG's "did not contain a valid action" line before the next observation.
         binary_reward: turn any positive step reward into 1.0 (Verlog's BabyAI setting); applied before the format
             penalty.
-        max_steps: override the game's step limit (truncation).
+        max_steps: override the game's step limit.
+        time_limit: ``"truncate"`` (default): reaching the step limit gives ``truncated=True`` and training
+            bootstraps the value of the state it stopped in; ``"terminate"``: it gives ``terminated=True`` (the task
+            failed at the limit; BALROG scores it so), and the value after it is 0. ``info["time_limit_reached"]``
+            is True on that step either way.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -146,6 +158,7 @@ class TextEnv(gym.Env):
         max_steps: int | None = None,
         render_mode: str | None = "rgb_array",
         binary_reward: bool = False,
+        time_limit: str = "truncate",
     ) -> None:
         if parse_mode not in PARSE_MODES:
             raise ValueError(f"parse_mode must be one of {PARSE_MODES}, got {parse_mode!r}")
@@ -153,6 +166,9 @@ class TextEnv(gym.Env):
             raise ValueError(f"format_penalty must be >= 0 (it is subtracted), got {format_penalty}")
         if max_steps is not None and max_steps <= 0:
             raise ValueError(f"max_steps must be a positive number of steps, got {max_steps}")
+        if time_limit not in TIME_LIMITS:
+            raise ValueError(f"time_limit must be one of {TIME_LIMITS}, got {time_limit!r}")
+        self.time_limit = time_limit
         self.parse_mode: ParseMode = parse_mode
         self.format_penalty = float(format_penalty)
         self.binary_reward = bool(binary_reward)
@@ -204,11 +220,12 @@ class TextEnv(gym.Env):
         if self.binary_reward and reward > 0:
             reward = 1.0
         if not valid:
-            if self.format_penalty > 0:
-                reward = -self.format_penalty
+            reward -= self.format_penalty
             if self.invalid_action_feedback:
                 obs = obs.with_prefix(INVALID_ACTION_FEEDBACK.format(default=self.default_action))
-        truncated = (not terminated) and self.episode_step >= self.max_steps
+        limit_reached = (not terminated) and self.episode_step >= self.max_steps
+        truncated = limit_reached and self.time_limit == "truncate"
+        terminated = bool(terminated) or (limit_reached and self.time_limit == "terminate")
         info = {
             **game_info,
             "action": executed,
@@ -217,6 +234,8 @@ class TextEnv(gym.Env):
             "episode_step": self.episode_step,
             "progression": float(self._game_progression()),
         }
+        if limit_reached:
+            info["time_limit_reached"] = True
         if terminated or truncated:
             self._episode_over = True
             info["success"] = bool(self._game_success())

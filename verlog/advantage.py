@@ -353,6 +353,34 @@ def _check_links(nxt: torch.Tensor, term: torch.Tensor, boot: torch.Tensor, leng
         raise AdvantageInputError("next_value holds a non-finite bootstrap value for a row that needs one")
 
 
+ADVANTAGE_LEVELS = ("token", "turn")
+"""``algorithm.advantage_level``: each response token keeps its own GAE advantage (``token``), or every token of a
+turn gets the turn's first-position advantage ``A[t, 0]`` (``turn``, baseline ``V(s_t)``)."""
+
+
+def turn_level_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Every response token of a row gets the row's first-position advantage ``A[t, 0]``.
+
+    Args:
+        advantages: ``[B, R]`` per-token advantages (e.g. from :func:`dual_discount_gae`).
+        response_mask: ``[B, R]`` 1 (or True) on response tokens.
+
+    Returns:
+        ``[B, R]`` float32: ``A[t, first]`` on every masked position of row ``t`` (its first response token, the one
+        whose baseline is ``V(s_t)``), 0 elsewhere; rows without response tokens are all 0.
+    """
+    if advantages.shape != response_mask.shape or advantages.dim() != 2:
+        raise AdvantageInputError(
+            f"advantages {list(advantages.shape)} and response_mask {list(response_mask.shape)} must both be [B, R]"
+        )
+    mask, maskf = _check_mask(response_mask.to(advantages.device), advantages.shape)
+    if mask.shape[1] == 0:
+        return advantages.to(torch.float32).clone()
+    first = mask.to(torch.int8).argmax(1)
+    first_adv = advantages.to(torch.float32).gather(1, first[:, None])
+    return first_adv * maskf
+
+
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
     """Normalise ``values`` to zero mean and unit variance over the positions where ``mask`` is 1.
 

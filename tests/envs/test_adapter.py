@@ -189,3 +189,21 @@ def test_gymnasium_env_checker_accepts_the_adapter() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_env(_lake(), skip_render_check=True)
+
+
+def test_time_limit_terminate_applies_to_the_wrapped_envs_own_limit_too() -> None:
+    inner = GymTextAdapter(
+        gym.make("FrozenLake-v1", is_slippery=False, max_episode_steps=2),
+        describe=lambda obs, info: f"cell {obs}",
+        action_names=["left", "down", "right", "up"],
+        instruction="Cross the lake.",
+        max_steps=10,
+        time_limit="terminate",
+    )
+    inner.reset(seed=0)
+    inner.step("left")
+    _, _, terminated, truncated, info = inner.step("left")
+    assert terminated and not truncated and info["time_limit_reached"] is True and info["success"] is False
+    own = _lake(max_steps=3, time_limit="terminate")
+    own.reset(seed=0)
+    assert [own.step("left")[2:4] for _ in range(3)] == [(False, False), (False, False), (True, False)]

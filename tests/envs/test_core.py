@@ -51,13 +51,18 @@ def test_invalid_answer_without_shaping_keeps_the_env_reward_and_text() -> None:
     assert out[4]["progression"] == 1.0
 
 
-def test_format_penalty_replaces_the_reward_even_on_success() -> None:
-    env = BabyAITextEnv("goto", format_penalty=0.1)
+def test_format_penalty_is_added_to_the_reward_so_a_success_stays_rewarded() -> None:
+    env, reference = BabyAITextEnv("goto", format_penalty=0.1), BabyAITextEnv("goto")
     env.reset(seed=2)
+    reference.reset(seed=2)
     obs, reward, terminated, _, info = env.step("forward!")
-    assert terminated and reward == -0.1 and info["action_valid"] is False
+    _, ref_reward, _, _, _ = reference.step("go forward")
+    assert terminated and info["action_valid"] is False and info["success"] is True
+    assert ref_reward > 0.1 and reward == pytest.approx(ref_reward - 0.1)  # the win is kept, the penalty added
     assert not obs.text.startswith("\n\nYour previous output")  # feedback is off by default
-    assert info["success"] is True  # the episode itself was solved by the default action
+    binary = BabyAITextEnv("goto", format_penalty=0.1, binary_reward=True)
+    binary.reset(seed=2)
+    assert binary.step("forward!")[1] == pytest.approx(0.9)  # binary reward first, then the penalty
 
 
 def test_feedback_prefix_is_balrogs() -> None:
@@ -122,3 +127,29 @@ def test_binary_reward() -> None:
     plain = BabyAITextEnv("goto")
     plain.reset(seed=2)
     assert 0 < plain.step("go forward")[1] < 1.0
+
+
+@pytest.mark.parametrize("time_limit", ["truncate", "terminate"])
+def test_time_limit_truncates_or_terminates(time_limit: str) -> None:
+    env = BabyAITextEnv("goto", max_steps=2, time_limit=time_limit)
+    env.reset(seed=0)
+    first = env.step("turn left")
+    _, _, terminated, truncated, info = env.step("turn left")
+    assert first[2:4] == (False, False) and "time_limit_reached" not in first[4]
+    assert (terminated, truncated) == ((True, False) if time_limit == "terminate" else (False, True))
+    assert info["time_limit_reached"] is True and info["success"] is False
+    with pytest.raises(EnvStateError):
+        env.step("turn left")
+
+
+def test_a_win_on_the_last_allowed_step_is_not_a_time_limit() -> None:
+    env = BabyAITextEnv("goto", max_steps=1, time_limit="terminate")
+    env.reset(seed=2)
+    _, reward, terminated, truncated, info = env.step("go forward")
+    assert terminated and not truncated and reward > 0 and info["success"] is True
+    assert "time_limit_reached" not in info
+
+
+def test_time_limit_must_be_known() -> None:
+    with pytest.raises(ValueError, match="time_limit must be one of"):
+        BabyAITextEnv("goto", time_limit="stop")

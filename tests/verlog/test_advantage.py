@@ -8,7 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, value_loss, value_loss_weights
+from verlog.advantage import (
+    advantage_metrics,
+    dual_discount_gae,
+    masked_whiten,
+    turn_level_advantages,
+    value_loss,
+    value_loss_weights,
+)
 from verlog.errors import AdvantageInputError
 
 VERLOG = {"token_gamma": 1.0, "token_lam": 1.0, "step_gamma": 0.9, "step_lam": 0.5}
@@ -485,3 +492,46 @@ def test_mask_dtypes_agree():
     near = torch.from_numpy(mask).float() * 0.5  # in [0, 1] but not a mask
     with pytest.raises(AdvantageInputError, match="only 0 and 1"):
         dual_discount_gae(torch.from_numpy(rewards) * 0, torch.from_numpy(values), near, *rows, **VERLOG)
+
+
+# ------------------------------------------------------------------ turn-level advantages
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), episodes=st.integers(1, 6), width=st.integers(1, 7), holes=st.booleans())
+def test_turn_level_advantage_is_the_first_positions_on_every_token(seed, episodes, width, holes):
+    rewards, values, mask, next_row, next_value, terminated = random_batch(seed, episodes, width, holes)
+    ref_adv, _ = reference_gae(rewards, values, mask, next_row, next_value, terminated, 1.0, 1.0, 0.99, 0.95)
+    out = turn_level_advantages(torch.from_numpy(ref_adv).float(), torch.from_numpy(mask))
+    expected = np.zeros_like(ref_adv)
+    for t in range(mask.shape[0]):
+        tokens = np.flatnonzero(mask[t])
+        if len(tokens):
+            expected[t, tokens] = ref_adv[t, tokens[0]]
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-6)
+
+
+def test_turn_level_advantage_with_unit_token_discounts_is_gae_over_turns():
+    # one episode of three turns of 2-4 tokens, terminated; the reward on each turn's last token
+    lengths, turn_rewards, v_state = [2, 4, 3], [0.0, 0.5, 1.0], [0.3, 0.6, 0.2]
+    width = max(lengths) + 1
+    rew, vals, mask = torch.zeros(3, width), torch.rand(3, width), torch.zeros(3, width)
+    for t, n in enumerate(lengths):
+        mask[t, :n] = 1
+        rew[t, n - 1] = turn_rewards[t]
+        vals[t, 0] = v_state[t]
+    vals = vals * mask
+    adv, _ = dual_discount_gae(rew, vals, mask, [1, 2, -1], [0.0, 0.0, 0.0], [False, False, True], **VERLOG)
+    turn = turn_level_advantages(adv, mask)
+    g, lam = VERLOG["step_gamma"], VERLOG["step_lam"]
+    expected, running = [0.0] * 3, 0.0
+    for t in reversed(range(3)):  # ordinary GAE over turns: one reward and one value V(s_t) per turn
+        v_next = v_state[t + 1] if t < 2 else 0.0
+        running = turn_rewards[t] + g * v_next - v_state[t] + g * lam * running
+        expected[t] = running
+    for t, n in enumerate(lengths):
+        assert torch.allclose(turn[t, :n], torch.full((n,), expected[t]), atol=1e-5)
+        assert torch.all(turn[t, n:] == 0)
+
+
+def test_turn_level_advantage_rejects_mismatched_shapes():
+    with pytest.raises(AdvantageInputError, match="must both be"):
+        turn_level_advantages(torch.zeros(2, 3), torch.ones(2, 4))

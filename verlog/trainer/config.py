@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verlog.advantage import ADVANTAGE_LEVELS
 from verlog.errors import VerlogError
 
 AGENT_LOOP_MANAGER = "verlog.trainer.agent_loop.VerlogAgentLoopManager"
@@ -42,6 +43,12 @@ def check_config(cfg: DictConfig) -> None:
         )
     if int(cfg.iterations) < 1:
         raise TrainConfigError(f"iterations must be >= 1, got {cfg.iterations}")
+    level = str(cfg.algorithm.get("advantage_level", "token"))
+    if level not in ADVANTAGE_LEVELS:
+        raise TrainConfigError(
+            f"algorithm.advantage_level={level!r} is not one of {', '.join(ADVANTAGE_LEVELS)} (token: per-token GAE; "
+            "turn: every token of a turn gets the turn's first-position advantage)"
+        )
 
 
 def verl_overrides(cfg: DictConfig) -> list[str]:

@@ -38,7 +38,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
-from verlog.advantage import dual_discount_gae, masked_whiten
+from verlog.advantage import dual_discount_gae, masked_whiten, turn_level_advantages
 from verlog.errors import VerlogError
 from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
@@ -178,6 +178,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         next_row = [-1 if ended[i] else position.get((e, t + 1), -1) for i, (e, t) in enumerate(keys)]
         mask = data.batch["response_mask"]
         next_values = data.batch["next_values"] if "next_values" in data.batch.keys() else torch.zeros(len(data))
+        self._check_finite(data.batch["token_level_rewards"], keys, "reward")
         advantages, returns = dual_discount_gae(
             data.batch["token_level_rewards"],
             data.batch["values"],
@@ -190,7 +191,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
             step_gamma=float(alg.step_gamma),
             step_lam=float(alg.step_lam),
         )
+        self._check_finite(advantages, keys, "advantage (the critic's values or the bootstrap values)")
         raw = advantages
+        if str(alg.get("advantage_level", "token")) == "turn":
+            advantages = turn_level_advantages(advantages, mask)
         if bool(alg.whiten_advantages):
             advantages = masked_whiten(advantages, mask)
         data.batch["advantages"] = advantages
@@ -204,6 +208,17 @@ class VerlogPPOTrainer(RayPPOTrainer):
             "adv/next_value_mean": float(next_values.float().mean()),
         }
         return data
+
+    def _check_finite(self, x: torch.Tensor, keys: list[tuple[str, int]], what: str) -> None:
+        """Stop the iteration on a NaN or infinite entry, naming the env, the episode and the turn."""
+        bad = (~torch.isfinite(x.float())).any(dim=1)
+        if bool(bad.any()):
+            rows = torch.nonzero(bad).squeeze(1).tolist()
+            where = ", ".join(f"episode {keys[i][0]} turn {keys[i][1]}" for i in rows[:5])
+            raise VerlogError(
+                f"a non-finite {what} in {len(rows)} row(s) of env {self.verlog.env.id!r}: {where}; an env must "
+                "return finite float rewards (check its step() for NaN or inf)"
+            )
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _step_folder(self) -> str:
