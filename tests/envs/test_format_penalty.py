@@ -34,7 +34,7 @@ def test_invalid_answer_reward_is_the_default_actions_reward_minus_the_penalty(e
             answer = "no action here" if invalid else rng.choice(env.actions)
             twin.set_state(env.get_state())  # the same world, RNG included
             expected = twin.step(env.default_action if invalid else answer)
-            obs, reward, terminated, truncated, info = env.step(answer)
+            _, reward, terminated, truncated, info = env.step(answer)
             assert info["action_valid"] is (not invalid)
             assert reward == pytest.approx(expected[1] - (PENALTY if invalid else 0.0))
             assert (terminated, truncated) == expected[2:4] and info.get("success") == expected[4].get("success")
