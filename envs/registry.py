@@ -15,7 +15,7 @@ _BUILTINS_LOADED = False
 
 # Modules that register the built-in envs when imported. Imported on first use of the registry, so that
 # ``import envs`` stays cheap and a game's dependencies load only when one of its ids is used.
-_BUILTIN_MODULES = ("envs.babyai", "envs.crafter", "envs.babaisai")
+_BUILTIN_MODULES = ("envs.babyai", "envs.crafter", "envs.babaisai", "envs.toy")
 
 
 def register(env_id: str, factory: Factory | str, *, overwrite: bool = False) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.memory import SlidingMemory
+from verlog.memory import PromptTemplate, SlidingMemory, check_answer_format
 
 MANIFEST = "demos.json"
 TRAIN_FILE = "train.parquet"
@@ -96,8 +96,11 @@ def think_text(env_id: str, env: Any, action: str) -> str:
     return f"The next step is {action}."
 
 
-def format_answer(think: str, action: str) -> str:
-    """The model's answer in the format the prompt asks for: a THINK line, then an ACTION line."""
+def format_answer(think: str, action: str, answer_format: str = "cot") -> str:
+    """The model's answer in the format the prompt asks for: a THINK line, then an ACTION line (``cot``), or the
+    ACTION line alone (``action``; ``think`` is not used)."""
+    if check_answer_format(answer_format) == "action":
+        return f"ACTION: {action}"
     return f"THINK: {think}\nACTION: {action}"
 
 
@@ -139,6 +142,8 @@ class DemoConfig:
         max_prompt_tokens: the RL prompt budget (``rollout.max_prompt_tokens``); applied only with a tokenizer.
         env_kwargs: passed to ``envs.make`` (use the RL config's ``env.kwargs``).
         val_episodes: the last this-many successful episodes go to ``val.parquet`` instead of ``train.parquet``.
+        answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone): the answers and the
+            prompt's format instruction (the RL config's ``memory.answer_format``).
     """
 
     env_id: str
@@ -149,8 +154,13 @@ class DemoConfig:
     max_prompt_tokens: int | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     val_episodes: int = 0
+    answer_format: str = "cot"
 
     def __post_init__(self) -> None:
+        try:
+            check_answer_format(self.answer_format)
+        except ValueError as exc:
+            raise DemoError(str(exc)) from exc
         if self.episodes < 1:
             raise DemoError(f"episodes must be >= 1, got {self.episodes}")
         if self.seed_start < 0:
@@ -176,6 +186,7 @@ def record_episode(
     env_kwargs: dict[str, Any] | None = None,
     tokenizer: Any = None,
     max_prompt_tokens: int | None = None,
+    answer_format: str = "cot",
 ) -> DemoEpisode:
     """Play one episode with the scripted expert from ``env.reset(seed=seed)``, recording each turn's prompt.
 
@@ -188,7 +199,8 @@ def record_episode(
     import envs
 
     env = envs.make(env_id, **dict(env_kwargs or {}))
-    memory = memory if memory is not None else SlidingMemory()
+    if memory is None:
+        memory = SlidingMemory(template=PromptTemplate.for_answer_format(answer_format))
     obs, _info = env.reset(seed=seed)
     expert = expert_for(env_id, env)
     memory.reset(env.instruction)
@@ -202,7 +214,7 @@ def record_episode(
             messages = memory.build_prompt(tokenizer, max_prompt_tokens).messages
         else:
             messages = memory.messages()
-        answer = format_answer(think_text(env_id, env, action), action)
+        answer = format_answer(think_text(env_id, env, action), action, answer_format)
         obs, reward, terminated, truncated, info = env.step(answer)
         if not info.get("action_valid", False) or info.get("action") != action:
             raise DemoError(
@@ -226,7 +238,11 @@ def generate_demos(
     """Every episode of ``config`` (successful or not), in seed order; ``progress(i, episode)`` after each."""
     out = []
     for i, seed in enumerate(config.seeds):
-        memory = SlidingMemory(n=config.memory_n, keep_reasoning_turns=config.keep_reasoning_turns)
+        memory = SlidingMemory(
+            n=config.memory_n,
+            keep_reasoning_turns=config.keep_reasoning_turns,
+            template=PromptTemplate.for_answer_format(config.answer_format),
+        )
         episode = record_episode(
             config.env_id,
             seed,
@@ -234,6 +250,7 @@ def generate_demos(
             env_kwargs=config.env_kwargs,
             tokenizer=tokenizer,
             max_prompt_tokens=config.max_prompt_tokens,
+            answer_format=config.answer_format,
         )
         out.append(episode)
         if progress is not None:

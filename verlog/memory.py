@@ -32,6 +32,27 @@ COT_FORMAT_INSTRUCTION = (
 )
 """Verlog's chain-of-thought format instruction (balrog-text-spec.md 4.5), appended to the last user message."""
 
+ACTION_FORMAT_INSTRUCTION = (
+    "What will you do next? Please respond with one valid action from the allowed set, in the following format:\n"
+    "    ACTION: <action>"
+)
+"""The action-only format instruction: the answer is ``ACTION: <action>`` alone (a few tokens instead of ~40)."""
+
+ANSWER_FORMATS = {"cot": COT_FORMAT_INSTRUCTION, "action": ACTION_FORMAT_INSTRUCTION}
+"""Answer formats: ``cot`` (a THINK line, then an ACTION line; Verlog's) or ``action`` (the ACTION line alone). The
+prompt's format instruction, demonstrations, SFT and evaluation follow the chosen one; the strict parser reads the
+action of both."""
+
+
+def check_answer_format(answer_format: str) -> str:
+    """``answer_format`` if it is one of :data:`ANSWER_FORMATS`, else a ValueError naming the choices."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(
+            f"answer format {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)} (cot: THINK then ACTION; "
+            "action: the ACTION line alone)"
+        )
+    return answer_format
+
 STATE_FORMAT = "verlog.memory/1"
 
 
@@ -54,6 +75,11 @@ class PromptTemplate:
     plan_header: str = "Previous plan:\n"
     format_instruction: str = COT_FORMAT_INSTRUCTION
     truncation_marker: str = "\n[...]"
+
+    @classmethod
+    def for_answer_format(cls, answer_format: str) -> PromptTemplate:
+        """Verlog's wording with the format instruction of ``answer_format`` (see :data:`ANSWER_FORMATS`)."""
+        return cls(format_instruction=ANSWER_FORMATS[check_answer_format(answer_format)])
 
 
 @dataclass(frozen=True)

@@ -153,3 +153,16 @@ def test_cli_writes_parquet_and_manifest(tmp_path, capsys):
     assert {"messages", "env_id", "seed", "turn", "action"} <= set(frame.columns)
     assert "3/3 episodes kept" in capsys.readouterr().out
     assert cli_main(["demos", "babyai/goto", "--episodes", "1", "--out", str(out), "--env-kwargs", "{bad"]) == 2
+
+
+def test_action_only_demos_answer_with_the_action_line_the_env_accepts() -> None:
+    from verlog.demos import DemoConfig, generate_demos
+    from verlog.memory import ACTION_FORMAT_INSTRUCTION
+
+    config = DemoConfig(env_id="babyai/goto", episodes=2, answer_format="action")
+    episodes = generate_demos(config)
+    turns = [turn for episode in episodes for turn in episode.turns]
+    assert turns and all(turn.answer == f"ACTION: {turn.action}" for turn in turns)
+    assert all(turn.messages[-1]["content"].endswith(ACTION_FORMAT_INSTRUCTION) for turn in turns)
+    with pytest.raises(DemoError, match="answer format"):
+        DemoConfig(env_id="babyai/goto", episodes=2, answer_format="prose")

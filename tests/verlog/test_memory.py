@@ -315,3 +315,15 @@ def test_cached_prompt_ids_stay_exact_after_the_checks(tokenizer):
         built = memory.build_prompt(tokenizer)
         assert built.token_ids == tokenizer.encode(built.text, add_special_tokens=False)
         memory.record(f"THINK: step {t}.\nACTION: go forward ", "go forward")
+
+
+def test_answer_format_sets_the_format_instruction() -> None:
+    from verlog.memory import ACTION_FORMAT_INSTRUCTION, COT_FORMAT_INSTRUCTION, PromptTemplate, check_answer_format
+
+    for fmt, text in (("cot", COT_FORMAT_INSTRUCTION), ("action", ACTION_FORMAT_INSTRUCTION)):
+        memory = SlidingMemory(template=PromptTemplate.for_answer_format(fmt))
+        memory.reset("Play.")
+        memory.observe("a wall 1 step forward")
+        assert memory.messages()[-1]["content"].endswith("\n\n" + text)
+    with pytest.raises(ValueError, match="not one of cot, action"):
+        check_answer_format("json")

@@ -26,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env-kwargs", default="{}", help="JSON keyword arguments of envs.make, e.g. '{\"max_steps\": 64}'"
     )
+    parser.add_argument(
+        "--answer-format",
+        choices=["cot", "action"],
+        default="cot",
+        help="cot: THINK then ACTION (default); action: the ACTION line alone (the RL memory.answer_format)",
+    )
     parser.add_argument("--val-episodes", type=int, default=0, help="the last this-many kept episodes -> val.parquet")
     parser.add_argument("--quiet", action="store_true", help="no per-episode lines")
 
@@ -56,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             max_prompt_tokens=args.max_prompt_tokens,
             env_kwargs=env_kwargs,
             val_episodes=args.val_episodes,
+            answer_format=args.answer_format,
         )
 
         def progress(i: int, episode: DemoEpisode) -> None:

@@ -36,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=512, help="most tokens per response")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="prompt budget (old turns dropped)")
     parser.add_argument("--memory-n", type=int, default=1, help="past turns in each prompt (Verlog: 1)")
+    parser.add_argument(
+        "--answer-format",
+        choices=["cot", "action"],
+        default="cot",
+        help="the prompt's answer format: cot (THINK then ACTION, default) or action (the ACTION line alone)",
+    )
     parser.add_argument("--max-steps", type=int, default=None, help="step limit per episode (default: the env's)")
     parser.add_argument(
         "--env-kwargs", default="{}", help='JSON keyword arguments for every env, e.g. \'{"parse_mode": "lenient"}\''
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             sampling,
             args.out,
             memory_n=args.memory_n,
+            answer_format=args.answer_format,
             max_prompt_tokens=args.max_prompt_tokens,
             concurrency=args.concurrency,
             log_turns=args.log_turns,

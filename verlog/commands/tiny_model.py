@@ -1,8 +1,10 @@
-"""``verlog tiny-model OUT``: build a tiny random-weight Qwen2 model and tokenizer for smoke runs."""
+"""``verlog tiny-model OUT``: build a tiny random-weight Qwen2 model and tokenizer for smoke runs, optionally with a
+format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid answers, verlog.warm_start)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -10,21 +12,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--num-heads", type=int, default=2, help="hidden_size / num_heads must be >= 32 (vLLM CPU)")
+    parser.add_argument("--num-kv-heads", type=int, default=1)
+    parser.add_argument("--intermediate-size", type=int, default=None, help="feed-forward width (default 2 x hidden)")
     parser.add_argument("--vocab-size", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    group = parser.add_argument_group("format-only warm start (plain-torch SFT on random valid answers)")
+    group.add_argument("--warm-start", metavar="ENV_ID", default=None, help="fine-tune on this env's prompts")
+    group.add_argument("--warm-start-steps", type=int, default=250)
+    group.add_argument("--warm-start-batch", type=int, default=16)
+    group.add_argument("--warm-start-lr", type=float, default=1e-3)
+    group.add_argument("--answer-format", choices=["cot", "action"], default="cot", help="the training config's")
+    group.add_argument("--memory-n", type=int, default=1, help="the training config's memory.n")
+    group.add_argument("--max-prompt-tokens", type=int, default=1024, help="the training config's prompt budget")
 
 
 def run(args: argparse.Namespace) -> int:
     from verlog.testing import build_tiny_model
+    from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
-    path = build_tiny_model(
-        args.out,
-        hidden_size=args.hidden_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        intermediate_size=2 * args.hidden_size,
-        vocab_size=args.vocab_size,
-        seed=args.seed,
-    )
+    warm = None
+    if args.warm_start is not None:
+        import envs
+
+        if args.warm_start not in envs.list_envs():
+            print(
+                f"verlog tiny-model: --warm-start {args.warm_start!r} is not a registered env (`verlog envs`)",
+                file=sys.stderr,
+            )
+            return 2
+        warm = WarmStartConfig(
+            env_id=args.warm_start,
+            steps=args.warm_start_steps,
+            batch_size=args.warm_start_batch,
+            lr=args.warm_start_lr,
+            answer_format=args.answer_format,
+            memory_n=args.memory_n,
+            max_prompt_tokens=args.max_prompt_tokens,
+            seed=args.seed,
+        )
+        try:
+            warm.check()
+        except WarmStartError as exc:
+            print(f"verlog tiny-model: {exc}", file=sys.stderr)
+            return 2
+    try:
+        path = build_tiny_model(
+            args.out,
+            hidden_size=args.hidden_size,
+            num_layers=args.num_layers,
+            num_heads=args.num_heads,
+            num_kv_heads=args.num_kv_heads,
+            intermediate_size=args.intermediate_size or 2 * args.hidden_size,
+            vocab_size=args.vocab_size,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"verlog tiny-model: {exc}", file=sys.stderr)
+        return 2
     print(f"tiny model written to {path}")
+    if warm is not None:
+
+        def progress(step: int, loss: float) -> None:
+            print(f"[warm-start] step {step}/{warm.steps}: loss {loss:.3f}", flush=True)
+
+        stats = warm_start(path, warm, progress=progress)
+        print(
+            f"[warm-start] {warm.env_id}: {stats['steps']:.0f} steps on {stats['rows']:.0f} random-answer rows "
+            f"(answers {stats['answer_tokens_mean']:.1f} tokens) in {stats['wall_s']:.0f} s; loss "
+            f"{stats['first_loss']:.2f} -> {stats['last_loss']:.2f}"
+        )
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 
 from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
 from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
-from verlog.memory import SlidingMemory
+from verlog.memory import PromptTemplate, SlidingMemory
 from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
 
 # Keys of an env's final info worth keeping in the episode record (BALROG's env stats: BabyAI mission, Crafter
@@ -108,6 +108,8 @@ def run_episodes(
     max_steps: int | None = None,
     turn_log: TurnLogWriter | None = None,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    answer_format: str = "cot",
+    keep_reasoning_turns: int = 1,
 ) -> list[EpisodeRecord]:
     """Play every episode of ``specs`` to its end; records come back in the order of ``specs``.
 
@@ -123,12 +125,15 @@ def run_episodes(
         max_steps: step limit override (None: the env's own).
         turn_log: where to write one :class:`verlog.logs.TurnLog` per turn, or None.
         on_episode: called with each finished episode's record (progress output, saving as you go).
+        answer_format: the prompt's format instruction, ``cot`` or ``action`` (training's ``memory.answer_format``).
+        keep_reasoning_turns: training's ``memory.keep_reasoning_turns``.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None (all episodes at once), got {concurrency}")
     queue = deque(specs)
     limit = concurrency or max(len(queue), 1)
     kwargs = dict(env_kwargs or {})
+    template = PromptTemplate.for_answer_format(answer_format)
     done: dict[EpisodeSpec, EpisodeRecord] = {}
     open_eps: list[_OpenEpisode] = []
 
@@ -137,7 +142,7 @@ def run_episodes(
             spec = queue.popleft()
             env = _make_env(spec, kwargs, max_steps)
             obs, _info = env.reset(seed=spec.seed)
-            memory = SlidingMemory(n=memory_n)
+            memory = SlidingMemory(n=memory_n, keep_reasoning_turns=keep_reasoning_turns, template=template)
             memory.reset(env.instruction)
             memory.observe(obs.long_term, obs.short_term)
             open_eps.append(_OpenEpisode(spec, env, memory, EpisodeRecord(spec.env_id, spec.episode_index, spec.seed)))

@@ -125,5 +125,13 @@ def train(cfg: DictConfig) -> Path:
         if rollout is not None:
             rollout.pool.close()
         ray.shutdown()
+    from verlog.run_summary import read_metrics, summary_lines, write_learning_curve
+
+    records = read_metrics(out / "metrics.jsonl")
+    for line in summary_lines(records):
+        print(f"[verlog] {line}", flush=True)
+    curve = write_learning_curve(records, out / "learning_curve.png")
+    if curve is not None:
+        print(f"[verlog] learning curve: {curve}", flush=True)
     print(f"[verlog] outputs in {out}: checkpoints/, metrics.jsonl, rollout.jsonl, config.yaml", flush=True)
     return out
