@@ -53,6 +53,7 @@ def check_answer_format(answer_format: str) -> str:
         )
     return answer_format
 
+
 STATE_FORMAT = "verlog.memory/1"
 
 

@@ -85,7 +85,7 @@ def random_answer_rows(config: WarmStartConfig, tokenizer: Any) -> list[tuple[li
             prompt = list(memory.build_prompt(tokenizer, config.max_prompt_tokens).token_ids)
             action = rng.choice(list(env.actions))
             answer = format_answer(think_text(config.env_id, env, action), action, config.answer_format)
-            rows.append((prompt, list(tokenizer.encode(answer, add_special_tokens=False)) + [eos]))
+            rows.append((prompt, [*tokenizer.encode(answer, add_special_tokens=False), eos]))
             obs, _, terminated, truncated, info = env.step(answer)
             memory.record(answer, str(info.get("action") or ""))
             if terminated or truncated:
@@ -150,7 +150,7 @@ def warm_start(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if progress is not None and ((step + 1) % 25 == 0 or step + 1 == config.steps):
             progress(step + 1, losses[-1])
     target = Path(out_dir) if out_dir is not None else source
