@@ -171,7 +171,7 @@ def read_curve(metrics_path: str | Path) -> Curve:
         if "step" not in item:
             raise LearningResultsError(f"{metrics_path}: a line has no 'step': {sorted(item)[:8]}...")
         by_step[int(item["step"])] = item
-    curve = Curve(iterations=len(by_step))
+    curve = Curve(iterations=sum(1 for step in by_step if step >= 1))  # step 0: the evaluation before training
     for step in sorted(by_step):
         item = by_step[step]
         if "timing_s/step" in item:
