@@ -55,7 +55,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["verlog", "verlog.*", "envs", "envs.*"]),
-    package_data={"verlog": ["py.typed"], "envs": ["py.typed"]},
+    package_data={"verlog": ["py.typed", "viewer/static/*"], "envs": ["py.typed"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["verlog=verlog.cli:main"]},

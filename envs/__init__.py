@@ -1,18 +1,30 @@
 """verlog environments: text games with a gymnasium API.
 
 - ``envs.make(env_id, **kwargs)`` builds a registered env; ``envs.list_envs()`` lists the ids;
-  ``envs.register(env_id, factory)`` adds one (a callable or a ``"module:attr"`` entry point).
+  ``envs.register(env_id, factory)`` adds one (a callable or a ``"module:attr"`` entry point);
+  ``envs.import_modules(["my_envs"])`` imports modules of one's own that register envs (the current folder is
+  importable, and env-pool workers import them too).
 - Every env follows :class:`envs.core.TextEnv`: text observations (:class:`envs.core.TextObservation`), text actions.
 """
 
 from envs.adapter import GymTextAdapter
 from envs.core import TextEnv, TextObservation
-from envs.errors import EnvError, EnvPoolError, EnvRegistrationError, EnvStateError, UnknownEnvError
+from envs.errors import (
+    EnvError,
+    EnvImportError,
+    EnvOutputError,
+    EnvPoolError,
+    EnvRegistrationError,
+    EnvStateError,
+    UnknownEnvError,
+)
 from envs.pool import EnvPool
-from envs.registry import list_envs, make, register, registered_factory
+from envs.registry import import_modules, list_envs, make, register, registered_factory
 
 __all__ = [
     "EnvError",
+    "EnvImportError",
+    "EnvOutputError",
     "EnvPool",
     "EnvPoolError",
     "EnvRegistrationError",
@@ -21,6 +33,7 @@ __all__ = [
     "TextEnv",
     "TextObservation",
     "UnknownEnvError",
+    "import_modules",
     "list_envs",
     "make",
     "register",

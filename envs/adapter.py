@@ -207,6 +207,10 @@ class GymTextAdapter(TextEnv):
     def _game_success(self) -> bool:
         return bool(self._success_fn(self._view))
 
+    def _state_kind(self) -> str:
+        inner = type(self.env.unwrapped)
+        return f"{super()._state_kind()}[{inner.__module__}.{inner.__qualname__}]"
+
     def _game_get_state(self) -> Any:
         try:
             env_bytes = pickle.dumps(self.env)

@@ -10,13 +10,16 @@ describes its own state and dynamics:
   ``episode_step``, ``progression`` and, once the episode ends, ``success``;
 - gymnasium's time-limit semantics: reaching ``max_steps`` gives ``truncated=True, terminated=False`` (or, with
   ``time_limit="terminate"``, ``terminated=True``: the task failed at the limit, as BALROG scores it);
-- ``get_state()/set_state()`` as bytes (pickled), so an episode can continue in another process.
+- ``get_state()/set_state()`` as bytes (pickled, with a SHA-256 checksum and the env's kind and id), so an episode
+  can continue in another process; ``set_state`` refuses a corrupted state or one of another env, and leaves the env
+  unchanged when it refuses.
 
 A game subclasses :class:`TextEnv` and implements the ``_game_*`` hooks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import string
 from dataclasses import dataclass, field
@@ -35,6 +38,10 @@ TIME_LIMITS = ("truncate", "terminate")
 
 INFO_KEYS = ("action", "raw_action", "action_valid", "episode_step", "progression")
 """Keys present in every ``info`` dict a TextEnv returns (``success`` is added when the episode ends)."""
+
+STATE_HEADER = b"verlog.textenv.state/2\n"
+"""First bytes of a state from :meth:`TextEnv.get_state`; a SHA-256 digest of the pickled payload follows."""
+_STATE_KEYS = ("game", "episode_step", "episode_over", "max_steps", "last_obs", "np_random")
 
 INVALID_ACTION_FEEDBACK = (
     "\n\nYour previous output did not contain a valid action. Defaulted to action: {default}\n\nObservation:\n"
@@ -148,6 +155,8 @@ class TextEnv(gym.Env):
     actions: list[str]
     default_action: str
     max_steps: int
+    env_id: str | None = None
+    """The registered id this env was built from (set by ``envs.make``); saved states carry it."""
 
     def __init__(
         self,
@@ -261,7 +270,11 @@ class TextEnv(gym.Env):
         return {}
 
     def get_state(self) -> bytes:
-        """The whole episode as bytes: ``set_state`` on a fresh env of the same id (any process) continues it."""
+        """The whole episode as bytes: ``set_state`` on a fresh env of the same id (any process) continues it.
+
+        The bytes are :data:`STATE_HEADER`, a SHA-256 digest, then the pickled payload (the game's state, step
+        count, step limit, last observation, RNG, and the env's kind and id, which ``set_state`` checks).
+        """
         payload = {
             "game": self._game_get_state(),
             "episode_step": self.episode_step,
@@ -269,23 +282,91 @@ class TextEnv(gym.Env):
             "max_steps": self.max_steps,
             "last_obs": self._last_obs,
             "np_random": self.np_random.bit_generator.state if self._np_random is not None else None,
+            "kind": self._state_kind(),
+            "env_id": self.env_id,
         }
-        return pickle.dumps(payload)
+        body = pickle.dumps(payload)
+        return STATE_HEADER + hashlib.sha256(body).digest() + body
 
     def set_state(self, state: bytes) -> None:
-        """Restore what :meth:`get_state` returned."""
+        """Restore what :meth:`get_state` returned.
+
+        Raises:
+            EnvStateError: the bytes are not a state, are corrupted (checksum), come from another kind of env or
+                another env id, or the game cannot take them; the env is then unchanged.
+        """
+        payload = self._read_state(state)
         try:
-            payload = pickle.loads(state)
-            game = payload["game"]
+            backup = self._read_state(self.get_state())
+        except Exception:  # nothing to go back to (e.g. never reset): a failed restore leaves no episode running
+            backup = None
+        try:
+            self._apply_state(payload)
         except Exception as exc:
-            raise EnvStateError(f"cannot restore {type(self).__name__} from the given bytes: {exc}") from exc
-        self._game_set_state(game)
-        self.episode_step = payload["episode_step"]
-        self._episode_over = payload["episode_over"]
-        self.max_steps = payload["max_steps"]
-        self._last_obs = payload["last_obs"]
+            if backup is not None:
+                self._apply_state(backup)
+            else:
+                self._episode_over = True
+            raise EnvStateError(
+                f"cannot restore {type(self).__name__} from this state ({type(exc).__name__}: {exc}); the env is "
+                "unchanged"
+            ) from exc
+
+    def _state_kind(self) -> str:
+        """What kind of env a state belongs to (the class); ``set_state`` refuses a state of another kind."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
+    def _read_state(self, state: Any) -> dict[str, Any]:
+        """The checked payload of ``state`` (see :meth:`get_state`), or EnvStateError naming what is wrong."""
+        name = type(self).__name__
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            raise EnvStateError(
+                f"cannot restore {name}: a state is the bytes get_state() returned, got {type(state).__name__}"
+            )
+        data = bytes(state)
+        if data.startswith(STATE_HEADER):
+            start = len(STATE_HEADER)
+            digest, body = data[start : start + 32], data[start + 32 :]
+            if hashlib.sha256(body).digest() != digest:
+                raise EnvStateError(
+                    f"cannot restore {name}: the state is corrupted (its checksum does not match its {len(body)} "
+                    "bytes); restore from another copy or checkpoint"
+                )
+        else:  # a state saved before states carried a checksum (payload only)
+            body = data
+        try:
+            payload = pickle.loads(body)
+        except Exception as exc:
+            raise EnvStateError(f"cannot restore {name} from the given bytes: not a TextEnv state ({exc})") from exc
+        missing = [k for k in _STATE_KEYS if not isinstance(payload, dict) or k not in payload]
+        if missing:
+            raise EnvStateError(f"cannot restore {name} from the given bytes: not a TextEnv state (no {missing})")
+        saved_id = payload.get("env_id")
+        if saved_id is not None and self.env_id is not None and saved_id != self.env_id:
+            raise EnvStateError(
+                f"cannot restore {name}: the state was saved by env {saved_id!r}, this env is {self.env_id!r}; "
+                f"restore it into a {saved_id!r} env"
+            )
+        kind, mine = payload.get("kind"), self._state_kind()
+        if kind is not None and kind != mine:
+            raise EnvStateError(
+                f"cannot restore {name}: the state is of a {kind} env (id {payload.get('env_id')!r}), this env is a "
+                f"{mine} (id {self.env_id!r}); restore it into an env built like the one that saved it"
+            )
+        if not isinstance(payload["episode_step"], int) or not isinstance(payload["max_steps"], int):
+            raise EnvStateError(f"cannot restore {name}: episode_step and max_steps of the state are not integers")
+        if payload["last_obs"] is not None and not isinstance(payload["last_obs"], TextObservation):
+            raise EnvStateError(f"cannot restore {name}: the state's last observation is not a TextObservation")
+        return payload
+
+    def _apply_state(self, payload: dict[str, Any]) -> None:
+        self._game_set_state(payload["game"])
         if payload["np_random"] is not None:
             self.np_random.bit_generator.state = payload["np_random"]
+        self.episode_step = payload["episode_step"]
+        self._episode_over = bool(payload["episode_over"])
+        self.max_steps = payload["max_steps"]
+        self._last_obs = payload["last_obs"]
 
     @property
     def last_observation(self) -> TextObservation | None:

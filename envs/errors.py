@@ -22,3 +22,12 @@ class EnvStateError(EnvError, RuntimeError):
 
 class EnvPoolError(EnvError, RuntimeError):
     """The pool cannot go on: an env cannot be built or reset at all, or a get/set-state call failed."""
+
+
+class EnvOutputError(EnvError, ValueError):
+    """An env returned what a text env must not: an observation that is not text, a reward that is not a finite
+    number, an info that is not a dict. In a pool this ends only that slot's episode (``info["env_error"]``)."""
+
+
+class EnvImportError(EnvError, ImportError):
+    """A module named to register envs (``--import MODULE``, ``env.imports``) cannot be imported."""

@@ -17,9 +17,14 @@ Faults. An env that raises, a worker that dies (killed, ``os._exit``) and an env
 worker is replaced by a new process; its other slots are rebuilt from their last checkpoint (the episode's seed, or
 a state from ``restore_slots``) by replaying the actions since, checked against the last observation, so their
 episodes go on unchanged. Only when a slot cannot be rebuilt that way (its replay fails or differs) does its episode
-end too, with ``env_error`` saying why. A call that does not finish (Ctrl-C, or an :class:`EnvPoolError` such as an
-env returning something unpicklable) is undone: the next call rebuilds the workers from the records kept before it.
-``stats`` counts worker restarts and env errors. ``close()``, ``with EnvPool(...)``, garbage collection and
+end too, with ``env_error`` saying why. An env that returns a bad result (an observation that is not text, a reward
+that is not a finite number, an info that is not a dict) is a fault of that slot too: ``env_error`` starts with
+``EnvOutputError:``. Info values a worker cannot pickle are replaced by a note (``info["env_warning"]``, a warning
+once per slot) and the episode goes on. A call that does not finish (Ctrl-C, or an :class:`EnvPoolError` such as an
+env returning an unpicklable observation) is undone: the next call rebuilds the workers from the records kept
+before it. States (``slot_states``) carry a checksum and the slot's env id; ``restore_slots`` refuses a corrupted or
+mismatched one with :class:`EnvStateError` and restores all of its slots or none. ``stats`` counts worker
+restarts, env errors and unpicklable infos. ``close()``, ``with EnvPool(...)``, garbage collection and
 interpreter exit all stop every worker. The worker side (processes, messages) lives in ``envs/pool_worker.py``.
 
 ``in_process=True`` runs the same slots in the calling process (for debugging with pdb and plain tracebacks): env
@@ -31,11 +36,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -44,16 +51,44 @@ import numpy as np
 
 from envs.core import TextObservation
 from envs.errors import EnvPoolError, EnvStateError
-from envs.pool_worker import Failure, LocalWorker, ProcessWorker, shutdown
+from envs.pool_worker import INFO_WARNING, Failure, LocalWorker, ProcessWorker, shutdown
 from envs.registry import registered_factory
 
 Factory = Callable[..., Any]
 StepResult = tuple[TextObservation, float, bool, bool, dict[str, Any]]
 """``(obs, reward, terminated, truncated, info)`` of one slot."""
 
-_SEED_HIGH = 2**31 - 1
+DRAWN_SEED_END = 2**31 - 1
+"""Seeds a slot draws for its later episodes lie in ``[0, DRAWN_SEED_END)``; seeds from ``2**31`` up are never drawn
+(evaluation can reserve them: :func:`drawn_seeds`)."""
 _STATE_FORMAT = "verlog.envpool.slot/1"
+_STATE_HEADER = b"verlog.envpool.slot/2\n"  # then a SHA-256 digest of the pickled record, then the record
 _MAX_ATTEMPTS = 3
+
+
+def drawn_seeds(first_seed: int, count: int) -> np.ndarray:
+    """The seeds of episodes 2 .. ``count + 1`` of a slot that ``reset(seeds=...)`` started with ``first_seed``.
+
+    A slot reseeded with ``s`` draws each next episode's seed from ``numpy.random.default_rng(s)``, one draw per
+    episode, in order (auto-reset, env failures and worker restarts included); a checkpoint restore continues the same
+    stream. An episode lasts at least one step, so ``count`` = the steps a slot takes bounds every seed it can reach.
+    """
+    return np.random.default_rng(int(first_seed)).integers(0, DRAWN_SEED_END, size=int(count))
+
+
+def _check_seed(seed: Any, where: str) -> int:
+    """``seed`` as an int >= 0, or ValueError naming ``where`` it came from."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{where} is {seed!r}: seeds are integers >= 0 (or None: the slot draws its own)")
+    return int(seed)
+
+
+def _spec_name(spec: Any) -> str:
+    """A slot's env as text: the id, or ``module:qualname`` of a factory."""
+    if isinstance(spec, str):
+        return spec
+    module, name = getattr(spec, "__module__", None), getattr(spec, "__qualname__", None)
+    return f"{module}:{name}" if module and name else repr(spec)
 
 
 @dataclasses.dataclass
@@ -80,7 +115,7 @@ class _Slot:
 
     def draw_seed(self) -> None:
         rng = copy.deepcopy(self.seed_rng)  # copy-on-write, so that snapshots stay valid
-        self.next_seed = int(rng.integers(0, _SEED_HIGH))
+        self.next_seed = int(rng.integers(0, DRAWN_SEED_END))
         self.seed_rng = rng
 
     def reseed(self, seed: int) -> None:
@@ -138,13 +173,16 @@ class EnvPool:
             raise ValueError(f"num_workers must be between 1 and the number of envs ({n}), got {num_workers}")
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f"step_timeout must be a positive number of seconds or None, got {step_timeout}")
+        if seed is not None:
+            _check_seed(seed, "EnvPool(seed=...)")
         self.num_envs = n
         self.num_workers = num_workers
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
         self.in_process = in_process
         self.keep_images = keep_images
-        self.env_ids = [s if isinstance(s, str) else getattr(s, "__qualname__", repr(s)) for s in specs]
+        self.env_ids = [_spec_name(s) for s in specs]
+        """Each slot's env: its id, or ``module:qualname`` of its factory (saved states carry it)."""
         sent_specs = [s if in_process else self._picklable_spec(s) for s in specs]
         seed_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
         self._slots = [
@@ -159,7 +197,11 @@ class EnvPool:
         self._needs_reset = True
         self._stale: set[int] = set()  # workers whose envs may be ahead of the parent's records (interrupted call)
         self.stats = {"worker_restarts": 0, "env_errors": 0}
-        """Counters since construction: worker processes replaced, episodes cut by an env fault."""
+        """Counters since construction: worker processes replaced, episodes cut by an env fault (an exception, a
+        dead or hung worker, or a bad output: an observation that is not text, a non-finite reward); once it
+        happens, ``info_not_picklable``: results whose info held values a worker could not send (warned once per
+        slot)."""
+        self._warned: set[int] = set()
         try:
             for w in range(num_workers):
                 self._workers.append(self._new_worker(w))
@@ -358,11 +400,15 @@ class EnvPool:
         if seeds is None:
             seed_list: list[int | None] = [None] * n
         elif isinstance(seeds, (int, np.integer)):
+            _check_seed(seeds, "reset(seeds=...)")
             seed_list = [int(seeds) + i for i in range(n)]
         else:
             seed_list = list(seeds)
             if len(seed_list) != n:
                 raise ValueError(f"reset() got {len(seed_list)} seeds for {n} envs; give one per env, an int or None")
+            for i, seed in enumerate(seed_list):
+                if seed is not None:
+                    _check_seed(seed, f"reset(): the seed of slot {i} ({self.env_ids[i]})")
         option_list = list(options) if isinstance(options, Sequence) else [options] * n
         if len(option_list) != n:
             raise ValueError(f"reset() got {len(option_list)} options for {n} envs; give one per env or one dict")
@@ -388,6 +434,7 @@ class EnvPool:
                     if result[0] != "ok":
                         raise EnvPoolError(f"reset of slot {i} failed (also after rebuilding its env):\n{result[1]}")
                     self._slots[i].start_episode(seed_list[i], option_list[i], result[1], result[2])
+                    self._report_info_warning(i, result[2])
                     results[i] = (result[1], result[2])
         self._needs_reset = False
         return [results[i] for i in range(n)]
@@ -456,6 +503,7 @@ class EnvPool:
             slot.draw_seed()
             return out
         _, obs, reward, terminated, truncated, info = result
+        self._report_info_warning(i, info)
         if terminated or truncated:
             slot.start_episode(slot.next_seed, None, obs, info)
             slot.draw_seed()
@@ -463,6 +511,20 @@ class EnvPool:
             slot.actions.append(action)
             slot.last_obs, slot.last_info = obs, info
         return obs, reward, terminated, truncated, info
+
+    def _report_info_warning(self, i: int, info: dict[str, Any]) -> None:
+        """Count a result whose info a worker could not send whole; warn once per slot."""
+        note = info.get(INFO_WARNING) or (info.get("final_info") or {}).get(INFO_WARNING)
+        if note is None:
+            return
+        self.stats["info_not_picklable"] = self.stats.get("info_not_picklable", 0) + 1
+        if i not in self._warned:
+            self._warned.add(i)
+            warnings.warn(
+                f"EnvPool slot {i} ({self.env_ids[i]}): {note} (reported once per slot; the episode goes on)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _error_result(self, i: int, action: str, error: str, obs: Any, info: dict[str, Any]) -> StepResult:
         """The step result of a slot whose episode was cut by a fault; ``obs``/``info`` start its next episode."""
@@ -481,8 +543,9 @@ class EnvPool:
         info = {**info, "env_error": error, "final_observation": final_obs, "final_info": final_info}
         return obs, 0.0, False, True, info
 
-    def _per_slot(self, cmd: str, items: Mapping[int, tuple]) -> dict[int, Any]:
-        """Run a query command on the given slots (slot -> args); raise EnvPoolError on any failure."""
+    def _per_slot(self, cmd: str, items: Mapping[int, tuple], error: type[Exception] = EnvPoolError) -> dict[int, Any]:
+        """Run a query command on the given slots (slot -> args); raise ``error`` (EnvPoolError) when a slot's env
+        fails it, EnvPoolError when a worker does."""
         self._check_open()
         by_worker: dict[int, list[tuple]] = {}
         for i, args in items.items():
@@ -499,7 +562,7 @@ class EnvPool:
         for w, reply in replies.items():
             for (i, *_), result in zip(by_worker[w], reply):
                 if result[0] != "ok":
-                    raise EnvPoolError(f"{cmd} failed for slot {i}:\n{result[1]}")
+                    raise error(f"{cmd} failed for slot {i} ({self.env_ids[i]}):\n{result[1]}")
                 out[i] = result[1:]
         return out
 
@@ -537,11 +600,44 @@ class EnvPool:
             record = {
                 "format": _STATE_FORMAT,
                 "env": env_states[i][0],
+                "env_id": self.env_ids[i],
                 "seed_rng": slot.seed_rng.bit_generator.state,
                 "next_seed": slot.next_seed,
             }
-            out.append(pickle.dumps(record))
+            body = pickle.dumps(record)
+            out.append(_STATE_HEADER + hashlib.sha256(body).digest() + body)
         return out
+
+    def _read_slot_state(self, i: int, blob: Any) -> dict[str, Any]:
+        """The record of a :meth:`slot_states` state for slot ``i`` (checksum and env id checked), or
+        ``{"env": blob}`` for a TextEnv's own state."""
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise EnvStateError(f"the state for slot {i} is a {type(blob).__name__}, not the bytes slot_states() gave")
+        data = bytes(blob)
+        if data.startswith(_STATE_HEADER):
+            start = len(_STATE_HEADER)
+            digest, body = data[start : start + 32], data[start + 32 :]
+            if hashlib.sha256(body).digest() != digest:
+                raise EnvStateError(
+                    f"the state for slot {i} is corrupted (its checksum does not match); restore from another copy"
+                )
+        else:
+            body = data
+        try:
+            record = pickle.loads(body)
+        except Exception:
+            record = None  # a TextEnv state (which set_state checks), or garbage (which it refuses)
+        if not (isinstance(record, dict) and record.get("format") == _STATE_FORMAT):
+            return {"env": data}
+        saved = record.get("env_id")
+        if saved is not None and saved != self.env_ids[i]:
+            raise EnvStateError(
+                f"the state for slot {i} was saved from env {saved!r}, but slot {i} holds {self.env_ids[i]!r}: "
+                "restore it into a pool of the same envs"
+            )
+        if "env" not in record:
+            raise EnvStateError(f"the state for slot {i} holds no env state")
+        return record
 
     def restore_slots(self, states: Sequence[bytes], slots: Sequence[int] | None = None) -> list[TextObservation]:
         """Restore slots from :meth:`slot_states` (or a TextEnv's ``get_state``); returns their current observations.
@@ -551,16 +647,17 @@ class EnvPool:
         slots = list(range(self.num_envs)) if slots is None else list(slots)
         if len(states) != len(slots):
             raise ValueError(f"restore_slots() got {len(states)} states for {len(slots)} slots")
-        records = []
-        for i, blob in zip(slots, states):
-            try:
-                record = pickle.loads(blob)
-            except Exception as exc:
-                raise EnvPoolError(f"state for slot {i} is not a pickled slot or env state: {exc}") from exc
-            if not (isinstance(record, dict) and record.get("format") == _STATE_FORMAT):
-                record = {"env": blob}
-            records.append(record)
-        restored = self._per_slot("set_state", {i: (r["env"],) for i, r in zip(slots, records)})
+        for i in slots:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"slot {i} is out of range for a pool of {self.num_envs} envs")
+        records = [self._read_slot_state(i, blob) for i, blob in zip(slots, states)]
+        try:
+            restored = self._per_slot("set_state", {i: (r["env"],) for i, r in zip(slots, records)}, EnvStateError)
+        except BaseException:
+            # all or nothing: slots already restored by this call are rebuilt from the pool's records (the episodes
+            # they had) on the next call; the env that refused was left unchanged by its set_state
+            self._stale.update({self._slots[i].worker for i in slots})
+            raise
         for i, record in zip(slots, records):
             slot = self._slots[i]
             if "seed_rng" in record:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import pickle
 import signal
 import time
@@ -18,8 +19,55 @@ import traceback
 from typing import Any
 
 from envs.core import TextObservation
-from envs.errors import EnvStateError
-from envs.registry import make
+from envs.errors import EnvOutputError, EnvStateError
+from envs.registry import IMPORTS_ENV_VAR, import_recorded_modules, make
+
+INFO_WARNING = "env_warning"
+"""Info key a worker adds when it had to replace info values it could not send (not picklable)."""
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_output(obs: Any, info: Any, reward: Any = 0.0, call: str = "step") -> tuple[TextObservation, float]:
+    """``obs`` as a TextObservation (a ``str`` is wrapped) and ``reward`` as a finite float, or EnvOutputError saying
+    what the env returned instead (the pool then ends only that slot's episode)."""
+    if isinstance(obs, str):
+        obs = TextObservation.build(obs)
+    elif not isinstance(obs, TextObservation) or not all(
+        isinstance(part, str) for part in (obs.text, obs.long_term, obs.short_term)
+    ):
+        raise EnvOutputError(
+            f"the env's {call}() returned an observation of type {type(obs).__name__} ({_short(obs)}); a text env "
+            "returns an envs.TextObservation (or a str)"
+        )
+    try:
+        if isinstance(reward, (str, bytes)):
+            raise TypeError("a string")
+        value = float(reward)
+    except (TypeError, ValueError):
+        raise EnvOutputError(
+            f"the env's {call}() returned a reward of type {type(reward).__name__} ({_short(reward)}), not a number"
+        ) from None
+    if not math.isfinite(value):
+        raise EnvOutputError(
+            f"the env's {call}() returned a non-finite reward ({value}); rewards must be finite numbers"
+        )
+    if not isinstance(info, dict):
+        raise EnvOutputError(f"the env's {call}() returned an info of type {type(info).__name__}, not a dict")
+    return obs, value
+
+
+def _error_text(exc: BaseException) -> str:
+    """``env_error`` of a failed env call: a bad output names the error alone, anything else its traceback."""
+    if isinstance(exc, EnvOutputError):
+        return f"{type(exc).__name__}: {exc}"
+    return traceback.format_exc()
 
 
 def _strip_image(obs: Any, keep_images: bool) -> Any:
@@ -75,6 +123,7 @@ class SlotRunner:
 
     def _fresh(self, slot: int, seed: int | None) -> tuple[Any, dict[str, Any]]:
         obs, info = self._build(slot).reset(seed=seed)
+        obs, _ = check_output(obs, info, call="reset")
         return _strip_image(obs, self.keep_images), info
 
     def _cmd_build(self, slot: int) -> tuple:
@@ -89,25 +138,28 @@ class SlotRunner:
             try:
                 env = self.envs[slot] if attempt == 0 and slot in self.envs else self._build(slot)
                 obs, info = env.reset(seed=seed, options=options)
+                obs, _ = check_output(obs, info, call="reset")
                 return ("ok", _strip_image(obs, self.keep_images), info)
-            except Exception:
-                error = traceback.format_exc()
+            except Exception as exc:
+                error = _error_text(exc)
         return ("error", error)
 
     def _cmd_step(self, slot: int, action: str, next_seed: int) -> tuple:
         try:
             obs, reward, terminated, truncated, info = self.envs[slot].step(action)
+            obs, reward = check_output(obs, info, reward)
             if terminated or truncated:
                 final_obs, final_info = obs, info
                 obs, reset_info = self.envs[slot].reset(seed=next_seed)
+                obs, _ = check_output(obs, reset_info, call="reset")
                 info = {
                     **reset_info,
                     "final_observation": _strip_image(final_obs, self.keep_images),
                     "final_info": final_info,
                 }
-            return ("ok", _strip_image(obs, self.keep_images), float(reward), bool(terminated), bool(truncated), info)
-        except Exception:  # the env's episode ends with this traceback as env_error
-            error = traceback.format_exc()
+            return ("ok", _strip_image(obs, self.keep_images), reward, bool(terminated), bool(truncated), info)
+        except Exception as exc:  # the env's episode ends with this traceback (or bad output) as env_error
+            error = _error_text(exc)
         try:
             obs, info = self._fresh(slot, next_seed)
             return ("error", error, obs, info)
@@ -172,8 +224,26 @@ class SlotRunner:
         self.envs.clear()
 
 
+def _picklable_info(info: dict[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
+    """``info`` with every value that cannot be pickled replaced by a note naming its type; the keys replaced."""
+    out, replaced = {}, []
+    for key, value in info.items():
+        try:
+            pickle.dumps(value)
+            out[key] = value
+        except Exception:
+            if isinstance(value, dict):
+                out[key], inner = _picklable_info(value, f"{path}{key}.")
+                replaced += inner
+            else:
+                out[key] = f"<not picklable: {type(value).__name__}>"
+                replaced.append(f"{path}{key}")
+    return out, replaced
+
+
 def _send_reply(conn: Any, results: list[tuple]) -> None:
-    """Send a command's results; a result that cannot be pickled becomes a "fatal" one that says so."""
+    """Send a command's results. Info values that cannot be pickled are replaced by a note (and the info says so
+    under :data:`INFO_WARNING`); any other result that cannot be pickled becomes a "fatal" one that says so."""
     try:
         data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
@@ -182,8 +252,23 @@ def _send_reply(conn: Any, results: list[tuple]) -> None:
             try:
                 pickle.dumps(result)
                 fixed.append(result)
+                continue
             except Exception as exc:
-                fixed.append(("fatal", f"the env returned something that cannot be pickled ({exc!r}): {result!r}"))
+                error = exc
+            parts = list(result)
+            for k, part in enumerate(parts):
+                if isinstance(part, dict):
+                    parts[k], replaced = _picklable_info(part)
+                    if replaced:
+                        parts[k][INFO_WARNING] = (
+                            f"info values {replaced} could not be sent from the worker process (not picklable) and "
+                            "were replaced by a note; keep info picklable (plain Python and numpy values)"
+                        )
+            try:
+                pickle.dumps(parts)
+                fixed.append(tuple(parts))
+            except Exception:
+                fixed.append(("fatal", f"the env returned something that cannot be pickled ({error!r}): {result!r}"))
         data = pickle.dumps(fixed, protocol=pickle.HIGHEST_PROTOCOL)
     conn.send_bytes(data)
 
@@ -193,7 +278,16 @@ def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_im
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the workers
     runner = SlotRunner(specs, keep_images, marker)
     try:
-        conn.send(runner.handle("build", [(slot,) for slot in specs]))
+        import_error = None
+        try:  # the modules that registered envs of one's own in the parent (envs.import_modules)
+            import_recorded_modules()
+        except Exception:  # reported with any env that then fails to build (others may not need them)
+            import_error = traceback.format_exc()
+        built = runner.handle("build", [(slot,) for slot in specs])
+        if import_error is not None:
+            note = f"\n(before building, importing the modules in ${IMPORTS_ENV_VAR} failed:\n{import_error})"
+            built = [r if r[0] == "ok" else (r[0], r[1] + note) for r in built]
+        conn.send(built)
         while True:
             try:
                 cmd, payload = conn.recv()

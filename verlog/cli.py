@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demos": ("verlog.commands.demos", "record scripted-expert demonstrations as SFT parquet (babyai/*, babaisai/*)"),
     "sft": ("verlog.commands.sft", "supervised warm start on demonstrations with verl's SFT trainer"),
     "eval": ("verlog.commands.eval", "evaluate a model BALROG-style: results table, summary JSON, episode records"),
+    "view": ("verlog.commands.view", "one self-contained HTML page of a run: curves, episodes turn by turn"),
 }
 
 
@@ -42,11 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verlog`` command; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):
+        args.overrides.extend(extra)  # `verlog train a=1 --dry-run b=2`: overrides on both sides of an option
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0
-    return int(importlib.import_module(args._module).run(args) or 0)
+    from verlog.commands.common import EXIT_INTERRUPTED, UsageError, report
+
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except UsageError as exc:  # a bad input, found before anything heavy started: the message names the fix
+        return report(args.command, exc)
+    except KeyboardInterrupt:
+        print(f"\nverlog {args.command}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -64,8 +64,24 @@ def describe_run(
         f"# turns per iteration: {rows} ({ro.num_slots} slots x {ro.turns_per_slot} turns), "
         f"mini-batch {rows // int(alg.mini_batches)} turns, {int(hw.n_gpus_per_node) * int(hw.nnodes)} ranks "
         f"({hw.nnodes} node(s) x {hw.n_gpus_per_node})",
+        _evaluation_line(cfg),
         "# verl overrides derived from this config (then the verl: section is merged):",
         *(f"#   {item}" for item in verl_overrides(cfg)),
         OmegaConf.to_yaml(cfg, resolve=True).rstrip("\n"),
     ]
     return "\n".join(lines)
+
+
+def _evaluation_line(cfg: DictConfig) -> str:
+    from verlog.trainer.evaluation import evaluation_every
+
+    every = evaluation_every(cfg)
+    if every == 0:
+        return "# evaluation inside training: off (evaluation.every=0)"
+    ev = cfg.evaluation
+    start, n = int(ev.seed_start), int(ev.episodes)
+    when = "before the first iteration, " if bool(ev.before_train) else ""
+    return (
+        f"# evaluation inside training: {when}every {every} iteration(s) and at the last one, {n} episodes of "
+        f"{cfg.env.id} on seeds {start}..{start + n - 1}, temperature {ev.temperature}"
+    )

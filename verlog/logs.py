@@ -1,9 +1,14 @@
-"""Episode logs: JSONL files with one record per agent turn, written by evaluation and usable by training.
+"""Episode logs ("tapes"): JSONL files with one record per agent turn, written by evaluation and by training.
 
-One line is one :class:`TurnLog`: the prompt messages the model saw, its response, the action the env's parser read
-and the one executed, whether it was valid, the reward, how the episode stood after the step, and, when training
-writes it, the critic's value and the advantage of the turn; log-probability statistics of the response and timings.
-Lines carry ``"format": "verlog.turnlog/1"`` so that readers can refuse files they do not understand.
+One line is one :class:`TurnLog`: the observation and prompt the model saw, its full output, the answer the env's
+parser read and the action executed, whether it was valid, the reward, how the episode stood after the step, and,
+when training writes it, the policy version (iteration), the critic's value ``V(s_t)``, the advantage and the return of
+the turn, the KL to the reference policy, and log-probability, KL and entropy sums split between the reasoning tokens
+and the action tokens (:class:`TokenSplit`); optionally a small PNG frame of the env. docs/viewer.md lists the fields.
+
+Lines carry ``"format": "verlog.turnlog/<version>"`` (the schema version, :data:`SCHEMA_VERSION`). Readers load every
+version up to theirs (version 1 lacks the fields added in 2, which read as their defaults) and refuse a newer one, or
+another format, with a message naming the file, the line and the fix.
 
 API::
 
@@ -15,6 +20,7 @@ API::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,7 +31,11 @@ from typing import IO, Any
 
 from verlog.errors import VerlogError
 
-LOG_FORMAT = "verlog.turnlog/1"
+SCHEMA_VERSION = 2
+"""Version of the turn-record schema this verlog writes. 1: evaluation's records (verlog eval --log-turns); 2: adds
+source, iteration, observation, success, gae_return, advantage_raw, kl_ref, token_split, memory_turns, frame."""
+FORMAT_PREFIX = "verlog.turnlog/"
+LOG_FORMAT = f"{FORMAT_PREFIX}{SCHEMA_VERSION}"
 
 
 class TurnLogError(VerlogError, ValueError):
@@ -49,6 +59,48 @@ class LogProbStats:
         values = [float(x) for x in log_probs]
         total = math.fsum(values)
         return cls(n=len(values), sum=total, mean=total / len(values), min=min(values))
+
+
+@dataclass(frozen=True)
+class SpanStats:
+    """Sums over one span of a response's tokens (None where the quantity was not available).
+
+    Attributes:
+        tokens: number of tokens in the span.
+        logprob_sum: sum of the tokens' log-probabilities under the policy that sampled them.
+        kl_sum: sum over the tokens of ``log pi(a) - log pi_ref(a)`` (verl's ``kl`` estimator, the one its KL-in-reward
+            penalty uses by default) against the reference policy.
+        entropy_sum: sum of the policy's entropy at each token position (the whole next-token distribution).
+    """
+
+    tokens: int
+    logprob_sum: float | None = None
+    kl_sum: float | None = None
+    entropy_sum: float | None = None
+
+
+@dataclass(frozen=True)
+class TokenSplit:
+    """A response split at its last ``ACTION:`` marker: reasoning tokens before it, action tokens from it on.
+
+    Attributes:
+        action_start: index of the first action token (the token holding the marker's first character); the number
+            of response tokens when the response has no marker (then every token counts as reasoning).
+        reasoning: sums over tokens ``[0, action_start)``.
+        action: sums over tokens ``[action_start, n)``.
+    """
+
+    action_start: int
+    reasoning: SpanStats
+    action: SpanStats
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TokenSplit:
+        return cls(
+            action_start=int(data["action_start"]),
+            reasoning=SpanStats(**data["reasoning"]),
+            action=SpanStats(**data["action"]),
+        )
 
 
 @dataclass
@@ -76,6 +128,19 @@ class TurnLog:
         response_tokens: length of the response in tokens.
         timings: seconds spent, by stage (e.g. ``generate_s``, ``env_s``).
         extra: anything else (kept on reading, including fields a newer writer added).
+        source: who wrote the record: ``train`` (a training rollout), ``eval`` (an evaluation), or empty.
+        iteration: the policy version: the training iteration (``step`` of metrics.jsonl) whose rollout this turn
+            belongs to (its policy had ``iteration - 1`` updates), or after which an evaluation ran (0: before
+            training); None for a standalone evaluation.
+        observation: the current observation as shown to the model this turn.
+        success: the env's success flag, on an episode's last turn (None on other turns).
+        gae_return: the return target of the turn's first response token (training).
+        advantage_raw: the advantage of the first response token before whitening (training; ``advantage`` is the
+            one the actor used, after whitening).
+        kl_ref: sum over the response tokens of ``log pi - log pi_ref`` (training with a reference policy).
+        token_split: log-prob, KL and entropy sums of the reasoning and of the action tokens.
+        memory_turns: past turns the prompt held (the sliding memory's, after the token budget).
+        frame: the env's frame of the observation, a base64 PNG (optional).
     """
 
     episode_id: str
@@ -98,6 +163,16 @@ class TurnLog:
     response_tokens: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    iteration: int | None = None
+    observation: str = ""
+    success: bool | None = None
+    gae_return: float | None = None
+    advantage_raw: float | None = None
+    kl_ref: float | None = None
+    token_split: TokenSplit | None = None
+    memory_turns: int | None = None
+    frame: str | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, with the format marker first."""
@@ -105,13 +180,12 @@ class TurnLog:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TurnLog:
-        """Rebuild a record written by :meth:`to_dict`; unknown keys go into ``extra``."""
+        """Rebuild a record written by :meth:`to_dict` (any schema version up to :data:`SCHEMA_VERSION`); unknown
+        keys go into ``extra``."""
         if not isinstance(data, dict):
             raise TurnLogError(f"a turn record is a JSON object, got {type(data).__name__}")
-        found = data.get("format")
-        if found != LOG_FORMAT:
-            raise TurnLogError(f"not a verlog turn record (format {found!r}, expected {LOG_FORMAT!r})")
-        names = {f.name for f in fields(cls)}
+        schema_version(data.get("format"))
+        names = _field_names(cls)
         missing = [n for n in ("episode_id", "turn") if n not in data]
         if missing:
             raise TurnLogError(f"turn record lacks required field(s) {missing}")
@@ -125,7 +199,40 @@ class TurnLog:
                 kwargs["logprobs"] = LogProbStats(**stats)
             except TypeError as exc:
                 raise TurnLogError(f"malformed logprobs field {stats!r}: {exc}") from exc
+        split = kwargs.get("token_split")
+        if split is not None:
+            try:
+                kwargs["token_split"] = TokenSplit.from_dict(split)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise TurnLogError(f"malformed token_split field {split!r}: {exc!r}") from exc
         return cls(**kwargs)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def schema_version(found: Any) -> int:
+    """The schema version of a record's ``format`` value.
+
+    Raises:
+        TurnLogError: not a verlog turn record, or one written by a newer verlog (the message says to upgrade).
+    """
+    if not isinstance(found, str) or not found.startswith(FORMAT_PREFIX):
+        raise TurnLogError(f"not a verlog turn record (format {found!r}, expected {LOG_FORMAT!r})")
+    try:
+        version = int(found[len(FORMAT_PREFIX) :])
+    except ValueError:
+        raise TurnLogError(f"not a verlog turn record (format {found!r}, expected {LOG_FORMAT!r})") from None
+    if version < 1:
+        raise TurnLogError(f"not a verlog turn record (format {found!r}, expected {LOG_FORMAT!r})")
+    if version > SCHEMA_VERSION:
+        raise TurnLogError(
+            f"written by a newer verlog (turn-record schema version {version}); this verlog reads versions 1 to "
+            f"{SCHEMA_VERSION}: upgrade verlog to read it"
+        )
+    return version
 
 
 class TurnLogWriter:
@@ -141,6 +248,11 @@ class TurnLogWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = self.path.open("a" if append else "w", encoding="utf-8")
         self.count = 0
+
+    def wants(self, episode_id: str) -> bool:
+        """Whether :meth:`write` keeps the records of ``episode_id`` (a writer that samples episodes says no to the
+        others, so callers can skip building their records)."""
+        return True
 
     def write(self, record: TurnLog) -> None:
         if self._file is None:

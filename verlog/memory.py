@@ -197,6 +197,15 @@ class SlidingMemory:
         return tuple(self._history)
 
     @property
+    def current_observation(self) -> str:
+        """The current observation as the prompt shows it (short-term context, a newline, the long-term one); empty
+        before the first ``observe``."""
+        if self._current is None:
+            return ""
+        long_term, short_term = self._current
+        return f"{short_term}\n{long_term}" if short_term else long_term
+
+    @property
     def turn_index(self) -> int:
         """Index of the current turn in the episode (0 after the first ``observe``; -1 before it)."""
         return self._turn_index

@@ -81,20 +81,23 @@ def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def group_options(config_dir: Path, group: str) -> list[str]:
-    """The options of config group ``group``: the ``*.yaml`` files in ``config_dir/group``."""
-    folder = config_dir / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+def group_options(config_dir: Path | Sequence[Path], group: str) -> list[str]:
+    """The options of config group ``group``: the ``*.yaml`` files in ``config_dir/group`` (of every folder, when
+    ``config_dir`` is a list of folders: one's own configs and verlog's)."""
+    folders = [config_dir] if isinstance(config_dir, Path) else list(config_dir)
+    return sorted({p.stem for f in folders if (f / group).is_dir() for p in (f / group).glob("*.yaml")})
 
 
-def explain_unknown_keys(overrides: Sequence[str], base: DictConfig, config_dir: Path) -> ConfigKeyError | None:
+def explain_unknown_keys(
+    overrides: Sequence[str], base: DictConfig, config_dir: Path | Sequence[Path]
+) -> ConfigKeyError | None:
     """The first override in ``overrides`` that ``base`` (the config composed with the group choices only) cannot
     take, as a :class:`ConfigKeyError`; None when every key and group option exists."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
-        if override.is_add() or override.is_force_add() or override.package is not None:
+        if override.is_add() or override.is_force_add() or override.package is not None or key.startswith("hydra."):
             continue
         options = group_options(config_dir, key)
         if options:
@@ -102,16 +105,16 @@ def explain_unknown_keys(overrides: Sequence[str], base: DictConfig, config_dir:
             if value and value not in options:
                 close = difflib.get_close_matches(value, options, n=1, cutoff=0.5)
                 hint = f" Did you mean {key}={close[0]}?" if close else ""
-                return ConfigKeyError(
-                    f"no {key} config {value!r} in {config_dir / key}.{hint} Options: {', '.join(options)}"
-                )
+                folders = [config_dir] if isinstance(config_dir, Path) else list(config_dir)
+                where = " or ".join(str(f / key) for f in folders)
+                return ConfigKeyError(f"no {key} config {value!r} in {where}.{hint} Options: {', '.join(options)}")
             continue
         if OmegaConf.select(base, key, default=_MISSING) is _MISSING:
             return ConfigKeyError(unknown_key_message(key, override.input_line, base))
     return None
 
 
-def group_choices(overrides: Sequence[str], config_dir: Path) -> list[str]:
+def group_choices(overrides: Sequence[str], config_dir: Path | Sequence[Path]) -> list[str]:
     """The overrides in ``overrides`` that pick an existing config-group option (``env=babyai``)."""
     picked = []
     for item in overrides:

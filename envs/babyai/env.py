@@ -109,6 +109,9 @@ class BabyAITextEnv(TextEnv):
     def _game_success(self) -> bool:
         return self._solved
 
+    def _state_kind(self) -> str:
+        return f"{super()._state_kind()}[{self.kind}]"  # a goto state must not load into a pickup env
+
     def _game_get_state(self) -> Any:
         # The whole level object: its verifier holds a reference to the level, which pickling keeps consistent.
         if self.level.window is not None:

@@ -15,7 +15,8 @@
 #   bash recipes/cpu/quickstart.sh algorithm.step_lam=0.9  # any extra Hydra override of configs/train.yaml
 #   bash recipes/cpu/quickstart.sh --dry-run             # print the resolved config; start nothing
 #
-# Full command: python -m verlog.train output_dir=$OUTPUT_DIR/run iterations=$ITERATIONS <the overrides below> "$@"
+# Full command: python -m verlog.train --overwrite output_dir=$OUTPUT_DIR/run iterations=$ITERATIONS <the overrides
+# below> "$@"
 # It prints verl's metrics every iteration (actor/pg_loss, critic/vf_loss, ...) plus verlog's env/ and rollout/
 # stats; its outputs: metrics.jsonl, rollout.jsonl, learning_curve.png, config.yaml, checkpoints/.
 set -euo pipefail
@@ -47,7 +48,8 @@ if [ "$DRY_RUN" = 0 ] && [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     touch "$MODEL/verlog_warm_start.done"
 fi
 echo "[quickstart] PPO with dual-discount GAE on toy/delayed for $ITERATIONS iterations; outputs in $OUTPUT_DIR/run"
-"$PYTHON" -m verlog.train \
+# --overwrite: every quick start is a fresh run (checkpoint.resume=disable) and replaces the previous one's outputs
+"$PYTHON" -m verlog.train --overwrite \
     output_dir="$OUTPUT_DIR/run" \
     iterations="$ITERATIONS" \
     env=toy_delayed \

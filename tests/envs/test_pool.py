@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import faulty_envs
@@ -141,14 +142,21 @@ def test_timeout_is_per_env_call_not_per_batch(faulty_pool: EnvPool) -> None:
     assert [r[4]["action"] for r in result] == ["slow", "slow", "left", "left"]
 
 
-def test_unpicklable_step_result_raises_clearly_and_the_call_is_undone(faulty_pool: EnvPool) -> None:
+def test_unpicklable_info_is_reported_once_and_the_slot_goes_on(faulty_pool: EnvPool) -> None:
+    """(More bad env outputs: tests/envs/test_pool_faults.py.)"""
     with EnvPool("test/corridor", num_envs=4, in_process=True) as reference:
         faulty_pool.reset(seeds=1)
         reference.reset(seeds=1)
-        with pytest.raises(EnvPoolError, match="cannot be pickled"):
-            faulty_pool.step(["right", "unpicklable", "right", "right"])
-        for step in range(3):  # the failed call left no trace: every slot goes on from before it
-            assert _texts(faulty_pool.step(_walk(step, 4))) == _texts(reference.step(_walk(step, 4)))
+        with pytest.warns(RuntimeWarning, match=r"slot 1 \(test/faulty\): info values \['callback'\]"):
+            got = faulty_pool.step(["right", "unpicklable", "right", "right"])
+        assert _texts(got) == _texts(reference.step(["right", "left", "right", "right"]))  # it moved left
+        assert got[1][4]["callback"] == "<not picklable: function>" and "env_error" not in got[1][4]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # reported once: no second warning for that slot
+            got = faulty_pool.step(["right", "unpicklable", "right", "right"])
+        assert _texts(got) == _texts(reference.step(["right", "left", "right", "right"]))
+        assert faulty_pool.stats["info_not_picklable"] == 2
+        del faulty_pool.stats["info_not_picklable"]  # the shared pool's other tests count from here
 
 
 def _check_fault(pool: EnvPool, fault: str, slot: int, error_text: str) -> None:
@@ -339,3 +347,21 @@ def test_real_games_in_one_pool_match_in_process() -> None:
             slots = range(len(ids)) if step < 5 else [0, 1, 3]
             assert [got[i][0].text for i in slots] == [want[i][0].text for i in slots]
             assert [got[i][1:4] for i in slots] == [want[i][1:4] for i in slots]
+
+
+def test_drawn_seeds_predicts_every_episode_seed_of_a_slot() -> None:
+    """The seeds a slot's episodes get (auto-reset) are ``drawn_seeds(first seed, ...)``: evaluation relies on it to
+    keep its seeds out of training's reach (verlog.trainer.config.check_config)."""
+    from envs.pool import DRAWN_SEED_END, drawn_seeds
+
+    with EnvPool("test/corridor", num_envs=2, in_process=True, env_kwargs={"length": 2}) as pool:
+        pool.reset(seeds=7)
+        seen: list[list[int]] = [[pool.episode_seed(0)], [pool.episode_seed(1)]]
+        for step in range(30):
+            for slot, (_, _, terminated, truncated, _) in enumerate(pool.step(_walk(step, 2))):
+                if terminated or truncated:
+                    seen[slot].append(pool.episode_seed(slot))
+    for slot, seeds in enumerate(seen):
+        assert len(seeds) > 3
+        assert seeds == [7 + slot, *drawn_seeds(7 + slot, len(seeds) - 1).tolist()]
+        assert all(0 <= s < DRAWN_SEED_END for s in seeds[1:])

@@ -166,3 +166,57 @@ def test_action_only_demos_answer_with_the_action_line_the_env_accepts() -> None
     assert all(turn.messages[-1]["content"].endswith(ACTION_FORMAT_INSTRUCTION) for turn in turns)
     with pytest.raises(DemoError, match="answer format"):
         DemoConfig(env_id="babyai/goto", episodes=2, answer_format="prose")
+
+
+# ------------------------------------------------------------------------------------------------ bad inputs (issue 15)
+@pytest.fixture
+def no_tokenizer_loads(monkeypatch):
+    """Fail the test if a tokenizer (the only model part demos load) is loaded."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tokenizer was loaded before the arguments were checked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+
+
+def _demos(tmp_path, *args: str) -> list[str]:
+    return ["demos", "babyai/goto", "--episodes", "1", "--out", str(tmp_path / "out"), *args]
+
+
+def test_bad_demo_arguments_are_refused_before_anything_loads(tmp_path, tiny_model, capsys, no_tokenizer_loads):
+    (tmp_path / "file").write_text("x")
+    cases = [
+        (["--out", str(tmp_path / "file")], "is a file, not a folder"),
+        (["--out", ""], "--out is empty"),
+        (["--tokenizer", "/no/such"], "--tokenizer '/no/such' is not a folder"),
+        (["--env-kwargs", '{"max_step": 3}'], "takes no keyword argument 'max_step'"),
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--max-prompt-tokens", "64"], "--max-prompt-tokens needs --tokenizer"),
+        (["--import", "no_such_mod"], "--import: no module named 'no_such_mod'"),
+    ]
+    for extra, message in cases:
+        tokenizer = [] if "--max-prompt-tokens" in extra else ["--tokenizer", str(tiny_model)]  # a valid one
+        assert cli_main([*_demos(tmp_path, *tokenizer), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and "verlog demos: error: " in err, (extra, err)
+    assert cli_main(["demos", "babyai/gotoo", "--episodes", "1", "--out", str(tmp_path / "o")]) == 2
+    assert "Did you mean babyai/goto" in capsys.readouterr().err
+    assert cli_main(["demos", "toy/delayed", "--episodes", "1", "--out", str(tmp_path / "o")]) == 2
+    assert "no scripted expert for env 'toy/delayed'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(_demos(tmp_path, "--memory-n", "-1"))
+    assert exit_info.value.code == 2 and "argument --memory-n: '-1' is not an integer >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+
+
+def test_demos_refuse_to_overwrite_without_force(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli_main([*_demos(tmp_path, "--quiet")]) == 0
+    manifest = (out / "demos.json").read_text()
+    assert cli_main([*_demos(tmp_path, "--quiet", "--seed-start", "5")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out '{out}' is not empty (2 entries: demos.json, train.parquet)" in err and "--force" in err
+    assert (out / "demos.json").read_text() == manifest  # the earlier demos are untouched
+    assert cli_main([*_demos(tmp_path, "--quiet", "--seed-start", "5", "--force")]) == 0
+    assert read_manifest(out)["seeds_tried"] == [5]

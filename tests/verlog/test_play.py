@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import envs
 from verlog import cli
 from verlog.commands import play
+from verlog.commands.common import UsageError
 
 TESTS_ENVS = Path(__file__).resolve().parents[1] / "envs"
 sys.path.insert(0, str(TESTS_ENVS))
@@ -74,10 +76,10 @@ def test_run_parses_arguments_and_env_args(capsys: pytest.CaptureFixture, monkey
     out = capsys.readouterr().out
     assert "the goal is cell 2." in out and "truncated True" in out
     assert play.parse_env_args(["a=1", "b=lenient", "c=[1, 2]"]) == {"a": 1, "b": "lenient", "c": [1, 2]}
-    with pytest.raises(SystemExit, match="KEY=VALUE"):
+    with pytest.raises(UsageError, match="KEY=VALUE"):
         play.parse_env_args(["oops"])
-    assert play.run(parser.parse_args(["test/coridor"])) == 2
-    assert "Did you mean: test/corridor" in capsys.readouterr().err
+    assert cli.main(["play", "test/coridor"]) == 2
+    assert "Did you mean test/corridor" in capsys.readouterr().err
 
 
 def test_registered_as_a_cli_subcommand() -> None:
@@ -104,3 +106,55 @@ def test_verlog_play_babyai_in_a_subprocess() -> None:
     assert "Your goal is to go to" in proc.stdout
     assert "-> go forward |" in proc.stdout and "-> turn left |" in proc.stdout
     assert "--- Episode 1, step 2 ---" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------------ bad inputs (issue 15)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "argument --seed: -1 is not a seed: seeds are integers in [0, 4294967295]"),
+        (["--episodes", "0"], "argument --episodes: '0' is not an integer >= 1"),
+    ],
+    ids=["seed", "episodes"],
+)
+def test_bad_numbers_are_refused_by_the_parser(args: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["play", "test/corridor", *args])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_env_args_and_imports_are_named_errors(capsys, tmp_path: Path, monkeypatch) -> None:
+    assert cli.main(["play", "test/corridor", "--env-arg", "bogus=1"]) == 2
+    err = capsys.readouterr().err
+    assert "verlog play: error: env 'test/corridor' takes no keyword argument 'bogus' (from --env-arg: bogus=1)" in err
+    assert "It takes: length, max_steps, parse_mode" in err
+    assert cli.main(["play", "test/corridor", "--env-arg", "lenght=3"]) == 2
+    assert "Did you mean 'length'?" in capsys.readouterr().err
+    assert cli.main(["play", "test/corridor", "--env-arg", "length=0"]) == 2  # the factory itself refuses
+    assert "building env 'test/corridor' with --env-arg {'length': 0} and resetting it failed" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["play", "test/corridor", "--import", "no_such_mod"]) == 2
+    assert "--import: no module named 'no_such_mod'" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_play_exits_without_a_traceback() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verlog", "play", "babyai/goto", "--seed", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = ""
+        while "action> " not in seen:  # the prompt is printed without a newline: read byte by byte
+            char = proc.stdout.read(1)
+            assert char, proc.stderr.read()
+            seen += char
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "verlog play: interrupted" in err and "Traceback" not in err

@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
+
+from verlog.commands.common import (
+    UsageError,
+    add_import_argument,
+    build_env,
+    check_env_id,
+    check_output_folder,
+    import_user_modules,
+    int_at_least,
+    json_object,
+    seed,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="a registered env with a scripted expert: babyai/* or babaisai/*")
-    parser.add_argument("--episodes", type=int, required=True, help="episodes to try (one seed each)")
-    parser.add_argument("--out", required=True, help="output folder: train.parquet, val.parquet, demos.json")
-    parser.add_argument("--seed-start", type=int, default=0, help="seed of the first episode (then +1 each)")
-    parser.add_argument("--memory-n", type=int, default=1, help="past turns in the prompt (the RL memory.n)")
+    parser.add_argument("--episodes", type=int_at_least(1), required=True, help="episodes to try (one seed each)")
     parser.add_argument(
-        "--keep-reasoning-turns", type=int, default=1, help="the RL memory.keep_reasoning_turns (default 1)"
+        "--out", required=True, help="output folder: train.parquet, val.parquet, demos.json (new or empty)"
+    )
+    parser.add_argument("--force", action="store_true", help="write into --out even when it is not empty")
+    parser.add_argument("--seed-start", type=seed, default=0, help="seed of the first episode (then +1 each)")
+    parser.add_argument(
+        "--memory-n", type=int_at_least(0), default=1, help="past turns in the prompt (the RL memory.n)"
+    )
+    parser.add_argument(
+        "--keep-reasoning-turns",
+        type=int_at_least(0),
+        default=1,
+        help="the RL memory.keep_reasoning_turns (default 1)",
     )
     parser.add_argument(
         "--max-prompt-tokens",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="the RL prompt budget (rollout.max_prompt_tokens); needs --tokenizer to apply it",
     )
@@ -32,26 +52,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="cot",
         help="cot: THINK then ACTION (default); action: the ACTION line alone (the RL memory.answer_format)",
     )
-    parser.add_argument("--val-episodes", type=int, default=0, help="the last this-many kept episodes -> val.parquet")
+    parser.add_argument(
+        "--val-episodes",
+        type=int_at_least(0),
+        default=0,
+        help="the last this-many kept episodes -> val.parquet",
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-episode lines")
+    add_import_argument(parser)
+
+
+def _load_tokenizer(path: str):
+    """The tokenizer of a model folder (or hub id), or UsageError: a path that does not exist is not tried."""
+    if path.startswith((os.sep, ".", "~")) and not os.path.isdir(os.path.expanduser(path)):
+        raise UsageError(
+            f"--tokenizer {path!r} is not a folder: give a model folder (e.g. one `verlog tiny-model` wrote)"
+        )
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(os.path.expanduser(path))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--tokenizer {path!r}: no tokenizer can be loaded from it ({exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.demos import DemoConfig, DemoEpisode, DemoError, generate_demos, write_demos
+    from verlog.demos import EXPERTS, DemoConfig, DemoEpisode, DemoError, generate_demos, write_demos
 
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as exc:
-        print(f"error: --env-kwargs is not JSON ({exc}): {args.env_kwargs!r}", file=sys.stderr)
-        return 2
+    import_user_modules(args.imports)
+    env_kwargs = json_object("--env-kwargs", args.env_kwargs)
     if args.max_prompt_tokens is not None and args.tokenizer is None:
-        print("error: --max-prompt-tokens needs --tokenizer MODEL_DIR to count tokens", file=sys.stderr)
-        return 2
-    tokenizer = None
-    if args.tokenizer is not None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        raise UsageError("--max-prompt-tokens needs --tokenizer MODEL_DIR to count tokens")
+    check_env_id(args.env_id)
+    if not any(args.env_id.startswith(prefix) for prefix in EXPERTS):
+        families = ", ".join(f"{p}*" for p in EXPERTS)
+        raise UsageError(f"no scripted expert for env {args.env_id!r}: demonstrations exist for {families}")
+    build_env(args.env_id, env_kwargs, "--env-kwargs", seed=args.seed_start).close()
     try:
         config = DemoConfig(
             env_id=args.env_id,
@@ -64,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
             val_episodes=args.val_episodes,
             answer_format=args.answer_format,
         )
+    except DemoError as exc:
+        raise UsageError(str(exc)) from None
+    check_output_folder(args.out, "--out", force=args.force, what="demonstrations")
+    tokenizer = None if args.tokenizer is None else _load_tokenizer(args.tokenizer)
+    try:
 
         def progress(i: int, episode: DemoEpisode) -> None:
             if not args.quiet:
@@ -73,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         episodes = generate_demos(config, tokenizer=tokenizer, progress=progress)
         manifest = write_demos(episodes, args.out, config)
     except DemoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"verlog demos: error: {exc}", file=sys.stderr)
         return 1
     print(
         f"[demos] {manifest['episodes_kept']}/{config.episodes} episodes kept, {manifest['rows_train']} train rows, "

@@ -8,8 +8,22 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
+
+from verlog.commands.common import (
+    UsageError,
+    accept_negative_lists,
+    add_import_argument,
+    build_env,
+    float_in,
+    import_user_modules,
+    int_at_least,
+    json_object,
+    register_entry_point,
+    seed,
+    seed_list,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,52 +37,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai)",
     )
-    parser.add_argument("--episodes", type=int, default=10, help="episodes per task (BALROG: 10)")
+    parser.add_argument("--episodes", type=int_at_least(1), default=10, help="episodes per task (BALROG: 10)")
     parser.add_argument(
-        "--seed-start", type=int, default=0, help="episode i of each task uses seed S+i (keep clear of training seeds)"
+        "--seed-start", type=seed, default=0, help="episode i of each task uses seed S+i (keep clear of training seeds)"
     )
-    parser.add_argument("--seeds", default=None, help="explicit comma-separated seeds instead of --seed-start")
+    parser.add_argument(
+        "--seeds", type=seed_list, default=None, help="explicit comma-separated seeds instead of --seed-start"
+    )
+    accept_negative_lists(parser)
     parser.add_argument("--out", required=True, help="output folder: summary.json, episodes.jsonl, turns.jsonl")
     parser.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--max-tokens", type=int, default=512, help="most tokens per response")
-    parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="prompt budget (old turns dropped)")
-    parser.add_argument("--memory-n", type=int, default=1, help="past turns in each prompt (Verlog: 1)")
+    parser.add_argument("--temperature", type=float_in(0.0), default=1.0, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-p", type=float_in(0.0, 1.0, low_open=True), default=1.0)
+    parser.add_argument("--max-tokens", type=int_at_least(1), default=512, help="most tokens per response")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int_at_least(1), default=1024, help="prompt budget (old turns dropped)"
+    )
+    parser.add_argument("--memory-n", type=int_at_least(0), default=1, help="past turns in each prompt (Verlog: 1)")
     parser.add_argument(
         "--answer-format",
         choices=["cot", "action"],
         default="cot",
         help="the prompt's answer format: cot (THINK then ACTION, default) or action (the ACTION line alone)",
     )
-    parser.add_argument("--max-steps", type=int, default=None, help="step limit per episode (default: the env's)")
+    parser.add_argument(
+        "--max-steps", type=int_at_least(1), default=None, help="step limit per episode (default: the env's)"
+    )
     parser.add_argument(
         "--env-kwargs", default="{}", help='JSON keyword arguments for every env, e.g. \'{"parse_mode": "lenient"}\''
     )
-    parser.add_argument("--concurrency", type=int, default=None, help="most episodes open at once (default: all)")
-    parser.add_argument("--sampling-seed", type=int, default=0, help="seed of the engine's sampling")
+    parser.add_argument(
+        "--concurrency", type=int_at_least(1), default=None, help="most episodes open at once (default: all)"
+    )
+    parser.add_argument("--sampling-seed", type=int_at_least(0), default=0, help="seed of the engine's sampling")
     parser.add_argument("--log-turns", action="store_true", help="also write turns.jsonl (one record per turn)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
-    parser.add_argument("--bootstrap-resamples", type=int, default=10_000)
+    parser.add_argument("--bootstrap-resamples", type=int_at_least(1), default=10_000)
     parser.add_argument("--quiet", action="store_true", help="no line per finished episode")
+    add_import_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from verlog.eval import EvalProtocol, evaluate, expand_tasks, format_table, load_model
     from verlog.eval.engine import EvalModelError
     from verlog.eval.protocol import EvalProtocolError
+    from verlog.eval.report import EPISODES_FILE
+    from verlog.memory import check_answer_format
     from verlog.rollout.generator import SamplingConfig
 
+    import_user_modules(args.imports)
+    env_kwargs = json_object("--env-kwargs", args.env_kwargs)
+    for task in args.tasks.split(","):
+        if ":" in task:
+            register_entry_point(task.strip(), "--tasks")
     try:
-        env_kwargs = json.loads(args.env_kwargs)
-        if not isinstance(env_kwargs, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        print(f"verlog eval: --env-kwargs must be a JSON object, got {args.env_kwargs!r} ({exc})", file=sys.stderr)
-        return 2
-    try:
-        seeds = None if args.seeds is None else tuple(int(s) for s in args.seeds.split(",") if s.strip())
+        seeds = args.seeds
         protocol = EvalProtocol(
             tasks=tuple(expand_tasks(args.tasks.split(","))),
             episodes_per_task=args.episodes,
@@ -78,9 +102,22 @@ def run(args: argparse.Namespace) -> int:
             env_kwargs=env_kwargs,
         )
         sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+        check_answer_format(args.answer_format)
     except (EvalProtocolError, ValueError) as exc:
-        print(f"verlog eval: {exc}", file=sys.stderr)
+        print(f"verlog eval: error: {exc}", file=sys.stderr)
         return 2
+    # everything an engine start would waste time on is checked first: the output folder, each task's env
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out!r} is a file, not a folder: give the folder for summary.json")
+    if (out / EPISODES_FILE).exists() and not args.resume:
+        raise UsageError(
+            f"{out / EPISODES_FILE} exists from an earlier evaluation: pass --resume to continue it, or choose "
+            "another --out"
+        )
+    kwargs = dict(env_kwargs, **({} if args.max_steps is None else {"max_steps": args.max_steps}))
+    for task in protocol.tasks:
+        build_env(task, kwargs, "--env-kwargs", seed=protocol.seed_list()[0]).close()
     n_episodes = len(protocol.episodes())
     seed_list = protocol.seed_list()
     seeds_text = f"seeds {seed_list[0]}..{seed_list[-1]}" if seeds is None else f"{len(seed_list)} explicit seeds"
@@ -98,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.sampling_seed,
         )
     except EvalModelError as exc:
-        print(f"verlog eval: {exc}", file=sys.stderr)
+        print(f"verlog eval: error: {exc}", file=sys.stderr)
         return 2
     finished = [0]
 
@@ -128,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             on_episode=progress,
         )
     except EvalProtocolError as exc:
-        print(f"verlog eval: {exc}", file=sys.stderr)
+        print(f"verlog eval: error: {exc}", file=sys.stderr)
         return 2
     print()
     print(format_table(summary))

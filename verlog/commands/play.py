@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import os
 import sys
 from typing import Any, TextIO
+
+from verlog.commands.common import UsageError, add_import_argument, build_env, import_user_modules, int_at_least, seed
 
 QUIT = (":q", ":quit", ":exit")
 HELP = (":help", ":h", "?")
@@ -22,20 +23,14 @@ HELP = (":help", ":h", "?")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="a registered env id, e.g. babyai/goto (see `verlog envs`)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the first episode (then seed+1, ...)")
+    parser.add_argument("--seed", type=seed, default=None, help="seed of the first episode (then seed+1, ...)")
     parser.add_argument(
         "--parse-mode", choices=["strict", "lenient"], default=None, help="action parsing mode (default: the env's)"
     )
-    parser.add_argument("--episodes", type=int, default=None, help="stop after this many episodes")
     parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first, e.g. your module that calls envs.register (repeatable; the current folder is "
-        "importable)",
+        "--episodes", type=int_at_least(1, " (episodes to play)"), default=None, help="stop after this many episodes"
     )
+    add_import_argument(parser)
     parser.add_argument(
         "--env-arg",
         dest="env_args",
@@ -53,7 +48,7 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise SystemExit(f"--env-arg must look like KEY=VALUE with KEY a Python name, got {pair!r}")
+            raise UsageError(f"--env-arg must look like KEY=VALUE with KEY a Python name, got {pair!r}")
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -62,22 +57,14 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib
+    from verlog.commands.common import check_env_id
 
-    import envs
-
-    if args.imports and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    for module in args.imports:
-        importlib.import_module(module)
+    import_user_modules(args.imports)
     kwargs = parse_env_args(args.env_args)
+    check_env_id(args.env_id)
     if args.parse_mode is not None:
         kwargs["parse_mode"] = args.parse_mode
-    try:
-        env = envs.make(args.env_id, **kwargs)
-    except envs.UnknownEnvError as exc:
-        print(f"verlog play: {exc}", file=sys.stderr)
-        return 2
+    env = build_env(args.env_id, kwargs, "--env-arg", seed=args.seed or 0)  # a bad setting fails here, named
     try:
         return play(env, sys.stdin, sys.stdout, seed=args.seed, episodes=args.episodes, show_info=args.show_info)
     finally:

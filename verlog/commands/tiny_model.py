@@ -6,40 +6,53 @@ from __future__ import annotations
 import argparse
 import sys
 
+from verlog.commands.common import (
+    add_import_argument,
+    check_env_id,
+    check_output_folder,
+    float_in,
+    import_user_modules,
+    int_at_least,
+    register_entry_point,
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", help="output folder (a Hugging Face model folder)")
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--num-layers", type=int, default=2)
-    parser.add_argument("--num-heads", type=int, default=2, help="hidden_size / num_heads must be >= 32 (vLLM CPU)")
-    parser.add_argument("--num-kv-heads", type=int, default=1)
-    parser.add_argument("--intermediate-size", type=int, default=None, help="feed-forward width (default 2 x hidden)")
-    parser.add_argument("--vocab-size", type=int, default=512)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("out", help="output folder (a Hugging Face model folder; new or empty)")
+    parser.add_argument("--force", action="store_true", help="write into OUT even when it is not empty")
+    parser.add_argument("--hidden-size", type=int_at_least(1), default=64)
+    parser.add_argument("--num-layers", type=int_at_least(1), default=2)
+    parser.add_argument(
+        "--num-heads", type=int_at_least(1), default=2, help="hidden_size / num_heads must be >= 32 (vLLM CPU)"
+    )
+    parser.add_argument("--num-kv-heads", type=int_at_least(1), default=1)
+    parser.add_argument(
+        "--intermediate-size", type=int_at_least(1), default=None, help="feed-forward width (default 2 x hidden)"
+    )
+    parser.add_argument("--vocab-size", type=int_at_least(1), default=512)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     group = parser.add_argument_group("format-only warm start (plain-torch SFT on random valid answers)")
     group.add_argument("--warm-start", metavar="ENV_ID", default=None, help="fine-tune on this env's prompts")
-    group.add_argument("--warm-start-steps", type=int, default=250)
-    group.add_argument("--warm-start-batch", type=int, default=16)
-    group.add_argument("--warm-start-lr", type=float, default=1e-3)
+    group.add_argument("--warm-start-steps", type=int_at_least(1), default=250)
+    group.add_argument("--warm-start-batch", type=int_at_least(1), default=16)
+    group.add_argument("--warm-start-lr", type=float_in(0.0, low_open=True), default=1e-3)
     group.add_argument("--answer-format", choices=["cot", "action"], default="cot", help="the training config's")
-    group.add_argument("--memory-n", type=int, default=1, help="the training config's memory.n")
-    group.add_argument("--max-prompt-tokens", type=int, default=1024, help="the training config's prompt budget")
+    group.add_argument("--memory-n", type=int_at_least(0), default=1, help="the training config's memory.n")
+    group.add_argument(
+        "--max-prompt-tokens", type=int_at_least(1), default=1024, help="the training config's prompt budget"
+    )
+    add_import_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from verlog.testing import build_tiny_model
     from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
+    import_user_modules(args.imports)
     warm = None
     if args.warm_start is not None:
-        import envs
-
-        if args.warm_start not in envs.list_envs():
-            print(
-                f"verlog tiny-model: --warm-start {args.warm_start!r} is not a registered env (`verlog envs`)",
-                file=sys.stderr,
-            )
-            return 2
+        check_env_id(args.warm_start, "--warm-start")
+        register_entry_point(args.warm_start, "--warm-start")
         warm = WarmStartConfig(
             env_id=args.warm_start,
             steps=args.warm_start_steps,
@@ -55,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         except WarmStartError as exc:
             print(f"verlog tiny-model: {exc}", file=sys.stderr)
             return 2
+    check_output_folder(args.out, "OUT", force=args.force, what="the model")
     try:
         path = build_tiny_model(
             args.out,

@@ -60,6 +60,7 @@ def expand_tasks(names: Iterable[str], registered: Sequence[str] | None = None) 
         if not matches:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else "; `verlog envs` lists the ids"
+            hint += " (an env of your own: --import MODULE, the module that registers it)"
             raise EvalProtocolError(f"unknown task {name!r}{hint}")
         out.extend(m for m in matches if m not in out)
     if not out:

@@ -19,6 +19,7 @@ from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
 from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
 from verlog.memory import PromptTemplate, SlidingMemory
 from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
+from verlog.tapes import action_token_start, encode_frame, token_split
 
 # Keys of an env's final info worth keeping in the episode record (BALROG's env stats: BabyAI mission, Crafter
 # score and achievements).
@@ -84,6 +85,7 @@ class _OpenEpisode:
     record: EpisodeRecord
     actions: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.perf_counter)
+    image: Any = None  # the current observation's image, when the env renders one (tape frames)
 
 
 def _make_env(spec: EpisodeSpec, env_kwargs: dict[str, Any], max_steps: int | None) -> Any:
@@ -145,7 +147,8 @@ def run_episodes(
             memory = SlidingMemory(n=memory_n, keep_reasoning_turns=keep_reasoning_turns, template=template)
             memory.reset(env.instruction)
             memory.observe(obs.long_term, obs.short_term)
-            open_eps.append(_OpenEpisode(spec, env, memory, EpisodeRecord(spec.env_id, spec.episode_index, spec.seed)))
+            record = EpisodeRecord(spec.env_id, spec.episode_index, spec.seed)
+            open_eps.append(_OpenEpisode(spec, env, memory, record, image=getattr(obs, "image", None)))
 
     open_next()
     while open_eps:
@@ -177,7 +180,8 @@ def run_episodes(
             action = str(info.get("action") or "")
             ep.actions[action] += 1
             rec.progression = float(info.get("progression", rec.progression))
-            if turn_log is not None:
+            if turn_log is not None and turn_log.wants(ep.spec.episode_id):
+                ended = bool(terminated or truncated)
                 turn_log.write(
                     TurnLog(
                         episode_id=ep.spec.episode_id,
@@ -198,6 +202,15 @@ def run_episodes(
                         response_tokens=len(generation.token_ids),
                         timings={"generate_s": generate_s, "env_s": env_s},
                         extra={"generation_error": repr(result)} if failed else {},
+                        observation=ep.memory.current_observation,
+                        success=bool(info.get("success", False)) if ended else None,
+                        token_split=token_split(
+                            action_token_start(tokenizer, generation.token_ids, text),
+                            len(generation.token_ids),
+                            logprobs=generation.log_probs,
+                        ),
+                        memory_turns=prompt.turns_kept,
+                        frame=encode_frame(ep.image),
                     )
                 )
             ep.memory.record(text, action)
@@ -213,6 +226,7 @@ def run_episodes(
                     on_episode(rec)
             else:
                 ep.memory.observe(obs.long_term, obs.short_term)
+                ep.image = getattr(obs, "image", None)
                 still_open.append(ep)
         open_eps[:] = still_open
         open_next()

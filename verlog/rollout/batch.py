@@ -36,6 +36,16 @@ class TurnRow:
         action: the action the env executed; ``action_valid`` whether the model's text named a valid action.
         env_error: the env failure that cut the episode here, or None.
         seed: the env seed the episode was reset with (None: reset unseeded or restored from a saved state).
+        observation: the current observation the prompt showed; ``response_text`` the decoded response (what the
+            env got); ``memory_turns`` the past turns the prompt held; ``success`` the env's success flag on an
+            episode's last turn (None on other turns); ``frame`` the observation's RGB image when the env renders
+            one (tapes; never sent to verl).
+        group_id: the episode's group in group rollouts (episodes started from one seed in one iteration), else "".
+        anchor: the observation text the turn started from, in group rollouts (GiGPO's anchor state), else "".
+        trained: the row enters the loss; False for idle rows and for the turns of an episode that did not end
+            within the batch (group rollouts), whose response mask is then all 0.
+        idle: a placeholder row of a slot whose episode already ended in this iteration (group rollouts): no model
+            call, no env step, a one-token prompt and response outside the loss; left out of the rollout metrics.
     """
 
     slot: int
@@ -54,6 +64,15 @@ class TurnRow:
     env_error: str | None = None
     generation_failed: bool = False
     seed: int | None = None
+    observation: str = ""
+    response_text: str = ""
+    memory_turns: int | None = None
+    success: bool | None = None
+    frame: Any = field(default=None, repr=False)
+    group_id: str = ""
+    anchor: str = ""
+    trained: bool = True
+    idle: bool = False
 
 
 @dataclass
@@ -76,11 +95,15 @@ class EpisodeStats:
 
 @dataclass
 class TurnBatch:
-    """The rows of one rollout and the episodes that finished during it."""
+    """The rows of one rollout and the episodes that finished during it.
+
+    ``group_size`` is set for group rollouts (whole episodes per iteration, slots in groups of that size).
+    """
 
     rows: list[TurnRow] = field(default_factory=list)
     episodes: list[EpisodeStats] = field(default_factory=list)
     generation_retries: int = 0
+    group_size: int | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -101,15 +124,17 @@ class TurnBatch:
 
         Returns a dict with:
             prompts ``[B, P]`` left-padded, responses ``[B, R]`` right-padded, response_mask ``[B, R]`` (1 = a token
-            the model wrote), input_ids ``[B, P+R]``, attention_mask ``[B, P+R]``, rollout_log_probs ``[B, R]``
-            (0 where unknown), rm_scores ``[B, R]`` (the reward on the last response token), terminated ``[B]``
-            bool, next_row ``[B]`` long, where ``P = max_prompt_tokens`` and ``R = max_response_tokens``.
+            the model wrote; 0 on every token of an untrained row, which is still attended), input_ids
+            ``[B, P+R]``, attention_mask ``[B, P+R]``, rollout_log_probs ``[B, R]`` (0 where unknown), rm_scores
+            ``[B, R]`` (the reward on the last response token), terminated ``[B]`` bool, next_row ``[B]`` long,
+            where ``P = max_prompt_tokens`` and ``R = max_response_tokens``.
         """
         b = len(self.rows)
         prompts = torch.full((b, max_prompt_tokens), pad_token_id, dtype=torch.long)
         prompt_mask = torch.zeros((b, max_prompt_tokens), dtype=torch.long)
         responses = torch.full((b, max_response_tokens), pad_token_id, dtype=torch.long)
         response_mask = torch.zeros((b, max_response_tokens), dtype=torch.long)
+        response_attention = torch.zeros((b, max_response_tokens), dtype=torch.long)
         logprobs = torch.zeros((b, max_response_tokens), dtype=torch.float32)
         scores = torch.zeros((b, max_response_tokens), dtype=torch.float32)
         for i, row in enumerate(self.rows):
@@ -124,6 +149,9 @@ class TurnBatch:
                 prompt_mask[i, max_prompt_tokens - len(p) :] = 1
             if r:
                 responses[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                response_attention[i, : len(r)] = 1
+                if not row.trained:  # attended, but outside the loss: no mask, no reward, no log-probs
+                    continue
                 response_mask[i, : len(r)] = 1
                 if row.response_logprobs is not None:
                     lp = row.response_logprobs[: len(r)]
@@ -134,7 +162,7 @@ class TurnBatch:
             "responses": responses,
             "response_mask": response_mask,
             "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
+            "attention_mask": torch.cat([prompt_mask, response_attention], dim=1),
             "rollout_log_probs": logprobs,
             "rm_scores": scores,
             "terminated": torch.tensor([r.terminated for r in self.rows], dtype=torch.bool),
@@ -144,7 +172,10 @@ class TurnBatch:
     def metrics(self) -> dict[str, float]:
         """Rollout and episode statistics, namespaced ``env/`` and ``rollout/``."""
         out: dict[str, float] = {}
-        rows = self.rows
+        rows = [r for r in self.rows if not r.idle]
+        if self.group_size is not None:
+            out["rollout/idle_rows"] = float(len(self.rows) - len(rows))
+            out["rollout/unfinished_rows"] = float(sum(not r.trained for r in rows))
         if rows:
             out["rollout/turns"] = float(len(rows))
             out["rollout/valid_action_ratio"] = sum(r.action_valid for r in rows) / len(rows)

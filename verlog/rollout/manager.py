@@ -12,6 +12,14 @@ restarts it) and the row carries ``env_error``.
 
 Envs: an ``envs.pool.EnvPool`` (batched ``reset``/``step`` with auto-reset and ``final_observation``/``final_info``,
 ``instruction(slot)``, ``slot_states()``/``restore_slots()``), in-process or with subprocess workers.
+
+Group rollouts (``group_size=K``, for the group estimators GRPO and GiGPO): every :meth:`RolloutManager.collect`
+plays *whole episodes*. It resets every slot at its start, the ``K`` slots of a group to one seed (a new seed per
+group and iteration); a slot whose episode ends stops there (its later turns in the batch are *idle rows*: no model
+call, outside the loss) and starts its next episode only at the next iteration. An episode still running after
+``turns_per_slot`` turns has all its rows left out of the loss (``trained=False``): its return is unknown, and a
+group estimator must not train on a made-up one. :meth:`RolloutManager.check_step_limit` refuses an env whose step
+limit lies beyond ``turns_per_slot``, so with the envs' time limits that never happens (docs/algorithms.md).
 """
 
 from __future__ import annotations
@@ -23,15 +31,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.memory import SlidingMemory
+from verlog.memory import BuiltPrompt, SlidingMemory
 from verlog.rollout.batch import EpisodeStats, TurnBatch, TurnRow
 from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
 
 STATE_FORMAT = "verlog.rollout/1"
+GROUP_SEED_END = 2**31 - 1
+"""Group seeds after the first iteration are drawn from ``[0, GROUP_SEED_END)``, like the env pool's own seed streams
+(evaluation seeds from ``2**31`` up are never met)."""
 
 
 class RolloutStateError(VerlogError, ValueError):
-    """A rollout checkpoint does not fit this manager (other format or number of slots)."""
+    """A rollout checkpoint does not fit this manager (other format, number of slots or env ids)."""
+
+
+class GroupRolloutError(VerlogError, ValueError):
+    """Group rollouts cannot run with these settings (group size, or an env step limit beyond the batch)."""
+
+
+def group_seed(first_seed: int, iteration: int) -> int:
+    """The seed a group's episodes reset with in ``iteration`` (0-based): ``first_seed`` in iteration 0, then the
+    ``iteration``-th draw of ``numpy.random.default_rng(first_seed)`` in ``[0, GROUP_SEED_END)``: the same stream an
+    env pool slot started with ``first_seed`` draws its later episodes' seeds from (``envs.pool``), so evaluation's
+    seed-overlap check, which follows slot ``i``'s stream from ``seed + i``, covers group ``i`` too."""
+    import numpy as np
+
+    if iteration == 0:
+        return int(first_seed)
+    return int(np.random.default_rng(int(first_seed)).integers(0, GROUP_SEED_END, size=iteration)[-1])
 
 
 def resolve_env_factory(env_id: str) -> str | Callable[..., Any]:
@@ -56,8 +83,10 @@ def make_env_pool(
     num_workers: int | None = None,
     seed: int = 0,
     step_timeout: float | None = 60.0,
+    keep_images: bool = False,
 ) -> Any:
-    """An ``envs.pool.EnvPool`` of ``num_slots`` envs of ``env_id`` (a registered id or ``"module:attr"``)."""
+    """An ``envs.pool.EnvPool`` of ``num_slots`` envs of ``env_id`` (a registered id or ``"module:attr"``);
+    ``keep_images`` sends observation images back from the workers (tape frames)."""
     from envs.pool import EnvPool
 
     return EnvPool(
@@ -68,6 +97,7 @@ def make_env_pool(
         num_workers=num_workers,
         seed=seed,
         step_timeout=None if in_process else step_timeout,
+        keep_images=keep_images,
     )
 
 
@@ -102,6 +132,9 @@ class RolloutManager:
         seed: seed of the first episodes (slot i gets ``seed + i``; later episodes draw from the pool's streams).
         run_id: prefix of the episode ids.
         generation_retries: retries of a failed generation before the turn falls back to an empty response.
+        group_size: None (episodes persist across iterations, for dual GAE) or ``K``: group rollouts of whole
+            episodes, slots ``K g .. K g + K - 1`` resetting to one seed (see the module docstring); group ``g``'s
+            seeds are :func:`group_seed` ``(seed + g, iteration)``.
     """
 
     def __init__(
@@ -116,6 +149,7 @@ class RolloutManager:
         seed: int = 0,
         run_id: str = "run",
         generation_retries: int = 1,
+        group_size: int | None = None,
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
@@ -130,9 +164,17 @@ class RolloutManager:
         self.run_id = run_id
         self.generation_retries = generation_retries
         self.num_slots = int(pool.num_envs)
+        if group_size is not None and (group_size < 1 or self.num_slots % group_size):
+            raise GroupRolloutError(
+                f"group_size must be >= 1 and divide the {self.num_slots} env slots, got {group_size}"
+            )
+        self.group_size = group_size
+        self._group_iteration = 0  # group rollouts done (the next one's seeds are group_seed(seed + g, this))
+        self._step_limit_checked = False
         factory = memory_factory or SlidingMemory
         self.memories = [factory() for _ in range(self.num_slots)]
         self._episodes = [_SlotEpisode() for _ in range(self.num_slots)]
+        self._images: list[Any] = [None] * self.num_slots  # each slot's current observation image (tape frames)
         self._started = False
         self.last_timing: dict[str, float] = {}
 
@@ -147,6 +189,7 @@ class RolloutManager:
         memory = self.memories[slot]
         memory.reset(self.pool.instruction(slot))
         memory.observe(obs.long_term, obs.short_term)
+        self._images[slot] = getattr(obs, "image", None)
 
     def start(self) -> None:
         """Reset every slot (slot i with seed ``seed + i``) and open its first episode."""
@@ -159,8 +202,11 @@ class RolloutManager:
         return [(ep.episode_id, ep.turn) for ep in self._episodes]
 
     # ------------------------------------------------------------------------------------------ rollout
+    def _prompt(self, slot: int) -> BuiltPrompt:
+        return self.memories[slot].build_prompt(self.tokenizer, self.max_prompt_tokens)
+
     def _prompt_ids(self, slot: int) -> list[int]:
-        return list(self.memories[slot].build_prompt(self.tokenizer, self.max_prompt_tokens).token_ids)
+        return list(self._prompt(slot).token_ids)
 
     def _generate(self, requests: list[GenerationRequest], batch: TurnBatch) -> list[Generation | None]:
         """Generate with retries; None marks a request that failed every attempt."""
@@ -188,13 +234,16 @@ class RolloutManager:
         within each turn: row ``t * num_slots + slot``)."""
         if turns_per_slot < 1:
             raise ValueError(f"turns_per_slot must be >= 1, got {turns_per_slot}")
+        if self.group_size is not None:
+            return self._collect_groups(turns_per_slot)
         if not self._started:
             self.start()
         batch = TurnBatch()
         t_gen = t_env = 0.0
         eos = self.tokenizer.eos_token_id
         for _ in range(turns_per_slot):
-            prompts = [self._prompt_ids(s) for s in range(self.num_slots)]
+            built = [self._prompt(s) for s in range(self.num_slots)]
+            prompts = [list(b.token_ids) for b in built]
             requests = [GenerationRequest(self._episodes[s].episode_id, prompts[s]) for s in range(self.num_slots)]
             start = time.perf_counter()
             generations = self._generate(requests, batch)
@@ -217,6 +266,10 @@ class RolloutManager:
                         response_logprobs=gen.log_probs,
                         generation_failed=failed,
                         seed=ep.seed,
+                        observation=self.memories[s].current_observation,
+                        response_text=text,
+                        memory_turns=built[s].turns_kept,
+                        frame=self._images[s],
                     )
                 )
                 texts.append(text)
@@ -254,7 +307,9 @@ class RolloutManager:
         memory.record(text, row.action)
         if not (terminated or truncated):
             memory.observe(obs.long_term, obs.short_term)
+            self._images[slot] = getattr(obs, "image", None)
             return
+        row.success = bool(final_info.get("success", False))
         if row.truncated:  # bootstrap V(s_{t+1}) from the state the episode was cut in
             final_obs = info.get("final_observation")
             if final_obs is not None:
@@ -280,16 +335,123 @@ class RolloutManager:
         )
         self._begin_episode(slot, obs)
 
+    # ------------------------------------------------------------------------------------------ group rollouts
+    def group_seeds(self, iteration: int) -> list[int]:
+        """The seed of each slot's episode in group rollout ``iteration`` (equal within a group)."""
+        k = int(self.group_size or 1)
+        seeds = [group_seed(self.seed + g, iteration) for g in range(self.num_slots // k)]
+        return [seeds[s // k] for s in range(self.num_slots)]
+
+    def check_step_limit(self, turns_per_slot: int) -> None:
+        """Refuse group rollouts whose env can run longer than ``turns_per_slot`` (its ``max_steps``): such an
+        episode would not end within the iteration, and its rows would never be trained."""
+        try:
+            limit = self.pool.get_attr(0, "max_steps")
+        except Exception:  # an env without a step limit: unfinished episodes are left out and counted
+            return
+        if isinstance(limit, int) and limit > turns_per_slot:
+            raise GroupRolloutError(
+                f"group rollouts play whole episodes, but the env's step limit ({limit} steps) is above "
+                f"rollout.turns_per_slot={turns_per_slot}: set rollout.turns_per_slot={limit} or lower the limit "
+                f"(env.kwargs.max_steps={turns_per_slot})"
+            )
+
+    def _collect_groups(self, turns_per_slot: int) -> TurnBatch:
+        """One iteration of whole episodes: reset every slot to its group's seed, play until each episode ends or
+        ``turns_per_slot`` turns pass; rows ``t * num_slots + slot`` as in :meth:`collect` (idle rows fill the turns
+        after a slot's episode ended)."""
+        n, k, it = self.num_slots, int(self.group_size or 1), self._group_iteration
+        group_ids = [f"{self.run_id}-i{it}-g{s // k}" for s in range(n)]
+        anchors: list[str] = []
+        for slot, (obs, _info) in enumerate(self.pool.reset(seeds=self.group_seeds(it))):
+            self._begin_episode(slot, obs)
+            anchors.append(str(obs.text))
+        self._started = True
+        if not self._step_limit_checked:  # after the reset: some envs set their limit there
+            self.check_step_limit(turns_per_slot)
+            self._step_limit_checked = True
+        batch = TurnBatch(group_size=k)
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        active = [True] * n
+        episode_of = [self._episodes[s].episode_id for s in range(n)]
+        t_gen = t_env = 0.0
+        for t in range(turns_per_slot):
+            live = [s for s in range(n) if active[s]]
+            rows: dict[int, TurnRow] = {}
+            if live:
+                prompts = {s: self._prompt_ids(s) for s in live}
+                requests = [GenerationRequest(episode_of[s], prompts[s]) for s in live]
+                start = time.perf_counter()
+                generations = self._generate(requests, batch)
+                t_gen += time.perf_counter() - start
+                texts = [""] * n  # idle slots step a throw-away episode (the pool steps every slot); ignored
+                for s, gen in zip(live, generations):
+                    failed = gen is None
+                    if gen is None:
+                        gen = Generation(token_ids=[eos], log_probs=None)
+                    texts[s] = "" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+                    ep = self._episodes[s]
+                    rows[s] = TurnRow(
+                        slot=s,
+                        episode_id=ep.episode_id,
+                        turn_index=ep.turn,
+                        prompt_ids=prompts[s],
+                        response_ids=list(gen.token_ids),
+                        response_logprobs=gen.log_probs,
+                        generation_failed=failed,
+                        seed=ep.seed,
+                        group_id=group_ids[s],
+                        anchor=anchors[s],
+                    )
+                start = time.perf_counter()
+                results = self.pool.step(texts)
+                t_env += time.perf_counter() - start
+                for s in live:
+                    row = rows[s]
+                    self._apply_step(s, row, texts[s], results[s], batch)
+                    row.bootstrap_prompt_ids = None  # no critic: nothing bootstraps
+                    if row.terminated or row.truncated:
+                        active[s] = False  # the slot waits for the next iteration's reset
+                    else:
+                        anchors[s] = str(results[s][0].text)
+            for s in range(n):
+                batch.rows.append(rows.get(s) or self._idle_row(s, t, episode_of[s], group_ids[s], pad, eos))
+        unfinished = {episode_of[s] for s in range(n) if active[s]}
+        for row in batch.rows:
+            if row.episode_id in unfinished:
+                row.trained = False
+        batch.link_rows()
+        self._group_iteration += 1
+        self.last_timing = {"timing_s/rollout_generate": t_gen, "timing_s/rollout_env": t_env}
+        return batch
+
+    def _idle_row(self, slot: int, turn: int, episode_id: str, group_id: str, pad: int, eos: int) -> TurnRow:
+        """A placeholder for turn ``turn`` of a slot whose episode already ended (outside the loss)."""
+        return TurnRow(
+            slot=slot,
+            episode_id=f"{episode_id}-idle",
+            turn_index=turn,
+            prompt_ids=[pad],
+            response_ids=[eos],
+            response_logprobs=None,
+            group_id=group_id,
+            trained=False,
+            idle=True,
+        )
+
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Every slot's env state, memory and episode book-keeping (picklable; goes into the checkpoint)."""
         return {
             "format": STATE_FORMAT,
             "num_slots": self.num_slots,
+            "env_ids": list(getattr(self.pool, "env_ids", None) or []),
             "started": self._started,
             "env_states": self.pool.slot_states() if self._started else None,
             "memories": [m.state_dict() for m in self.memories],
             "episodes": [ep.state() for ep in self._episodes],
+            "group_iteration": self._group_iteration,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -301,9 +463,18 @@ class RolloutManager:
                 f"the checkpoint has {state['num_slots']} env slots, this run {self.num_slots}: resume with the same "
                 "rollout.num_slots"
             )
+        saved_ids, ids = state.get("env_ids"), list(getattr(self.pool, "env_ids", None) or [])
+        if saved_ids and ids and saved_ids != ids:
+            slot = next(i for i, (a, b) in enumerate(zip(saved_ids, ids)) if a != b)
+            raise RolloutStateError(
+                f"the checkpoint's env slots hold {saved_ids[slot]!r} (slot {slot}), this run's {ids[slot]!r}: resume "
+                f"with env.id={saved_ids[slot]} (and the same env settings), or start a new run (a new output_dir, or "
+                "checkpoint.resume=disable)"
+            )
         if state["started"]:
             self.pool.restore_slots(state["env_states"])
         for memory, mstate in zip(self.memories, state["memories"]):
             memory.load_state_dict(mstate)
         self._episodes = [_SlotEpisode(**ep) for ep in state["episodes"]]
+        self._group_iteration = int(state.get("group_iteration", 0))
         self._started = bool(state["started"])

@@ -2,6 +2,7 @@
 
 - :mod:`verlog.trainer.config`: verlog's config -> verl's PPO config.
 - :mod:`verlog.trainer.agent_loop`: the rollout seam (verl's AgentLoopManager running verlog's RolloutManager).
+- :mod:`verlog.trainer.evaluation`: evaluation inside training (``evaluation.every``; no verl import).
 - :mod:`verlog.trainer.ppo`: VerlogPPOTrainer (verl's legacy RayPPOTrainer + values, dual GAE, checkpoints, metrics).
 - :mod:`verlog.trainer.runner`: ``train(cfg)``.
 

@@ -57,7 +57,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
                 "start_episodes": start_episodes,
                 "rows": len(batch),
                 # every episode with a row in this batch -> the env seed it was reset with (training layouts)
-                "episode_seeds": {r.episode_id: r.seed for r in batch.rows},
+                "episode_seeds": {r.episode_id: r.seed for r in batch.rows if not r.idle},
                 "finished_episodes": [
                     {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
                     for e in batch.episodes
@@ -90,5 +90,9 @@ class VerlogAgentLoopManager(AgentLoopManager):
             "truncated": np.array([r.truncated for r in rows], dtype=bool),
             "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
         }
+        if batch.group_size is not None:  # group rollouts: what GRPO / GiGPO group by, and which rows they train
+            non_tensors["group_id"] = np.array([r.group_id for r in rows], dtype=object)
+            non_tensors["anchor"] = np.array([r.anchor for r in rows], dtype=object)
+            non_tensors["trained"] = np.array([r.trained for r in rows], dtype=bool)
         meta = {"timing": {"agent_loop/generate_sequences/mean": elapsed}, "reward_extra_keys": []}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)

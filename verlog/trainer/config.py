@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlog.advantage import ADVANTAGE_LEVELS
 from verlog.errors import VerlogError
+from verlog.memory import ANSWER_FORMATS
 
 AGENT_LOOP_MANAGER = "verlog.trainer.agent_loop.VerlogAgentLoopManager"
 
@@ -43,11 +44,88 @@ def check_config(cfg: DictConfig) -> None:
         )
     if int(cfg.iterations) < 1:
         raise TrainConfigError(f"iterations must be >= 1, got {cfg.iterations}")
+    answer_format = str(cfg.memory.get("answer_format", "cot"))
+    if answer_format not in ANSWER_FORMATS:
+        raise TrainConfigError(
+            f"memory.answer_format={answer_format!r} is not one of {', '.join(ANSWER_FORMATS)} (cot: THINK then "
+            "ACTION; action: the ACTION line alone)"
+        )
     level = str(cfg.algorithm.get("advantage_level", "token"))
     if level not in ADVANTAGE_LEVELS:
         raise TrainConfigError(
             f"algorithm.advantage_level={level!r} is not one of {', '.join(ADVANTAGE_LEVELS)} (token: per-token GAE; "
             "turn: every token of a turn gets the turn's first-position advantage)"
+        )
+    _check_estimator(cfg)
+    from verlog.tapes import TapeConfigError, TapeSettings
+
+    try:
+        TapeSettings.from_config(cfg)
+    except TapeConfigError as exc:
+        raise TrainConfigError(str(exc)) from exc
+    from verlog.trainer.evaluation import check_evaluation
+
+    check_evaluation(cfg)  # evaluation inside training: settings, seeds disjoint from training's, the env builds
+
+
+def estimator_of(cfg: DictConfig) -> str:
+    """``algorithm.estimator`` (``dual_gae`` when the key is absent, as in configs saved before it existed)."""
+    return str(OmegaConf.select(cfg, "algorithm.estimator", default="dual_gae"))
+
+
+def _check_estimator(cfg: DictConfig) -> None:
+    """The advantage estimator and its group rollouts (docs/algorithms.md, "Group estimators")."""
+    from verlog.group_advantage import ESTIMATORS, GROUP_ESTIMATORS, GROUP_NORMS
+
+    estimator = estimator_of(cfg)
+    if estimator not in ESTIMATORS:
+        raise TrainConfigError(
+            f"algorithm.estimator={estimator!r} is not one of {', '.join(ESTIMATORS)} (dual_gae: critic-based "
+            "dual-discount GAE; grpo, gigpo: critic-free group estimators)"
+        )
+    slots = int(cfg.rollout.num_slots)
+    k = int(OmegaConf.select(cfg, "rollout.group_size", default=1))
+    if estimator not in GROUP_ESTIMATORS:
+        if k != 1:
+            raise TrainConfigError(
+                f"rollout.group_size={k} groups slots for the group estimators, but algorithm.estimator={estimator}: "
+                "set algorithm.estimator=grpo or gigpo, or rollout.group_size=1"
+            )
+        return
+    if k < 2 or slots % k:
+        raise TrainConfigError(
+            f"algorithm.estimator={estimator} compares the episodes of a group: rollout.group_size ({k}) must be >= 2 "
+            f"and divide rollout.num_slots ({slots}), e.g. rollout.group_size=4 with num_slots a multiple of 4"
+        )
+    norm = str(OmegaConf.select(cfg, "algorithm.group_norm", default="mean_std"))
+    if norm not in GROUP_NORMS:
+        raise TrainConfigError(f"algorithm.group_norm={norm!r} is not one of {', '.join(GROUP_NORMS)}")
+    gamma = float(OmegaConf.select(cfg, "algorithm.gigpo_step_gamma", default=0.95))
+    omega = float(OmegaConf.select(cfg, "algorithm.gigpo_omega", default=1.0))
+    if not 0.0 <= gamma <= 1.0 or omega < 0.0:
+        raise TrainConfigError(
+            f"algorithm.gigpo_step_gamma must lie in [0, 1] and algorithm.gigpo_omega be >= 0, got {gamma} and {omega}"
+        )
+    if int(cfg.algorithm.warmup_rollout_multiplier) > 1:
+        raise TrainConfigError(
+            f"algorithm.estimator={estimator} trains no critic, so the critic warm-up rollout "
+            f"(algorithm.warmup_rollout_multiplier={cfg.algorithm.warmup_rollout_multiplier}) has nothing to train: "
+            "set it to 1"
+        )
+    minis = int(cfg.algorithm.mini_batches)
+    if slots < minis:
+        raise TrainConfigError(
+            f"with algorithm.estimator={estimator} a slot's rows after its episode ended are left out of the loss; "
+            f"the first turns of the {slots} slots must fill the {minis} mini-batches: raise rollout.num_slots or "
+            "lower algorithm.mini_batches"
+        )
+    max_steps = OmegaConf.select(cfg, "env.kwargs.max_steps", default=None)
+    turns = int(cfg.rollout.turns_per_slot)
+    if max_steps is not None and int(max_steps) > turns:
+        raise TrainConfigError(
+            f"algorithm.estimator={estimator} plays whole episodes per iteration, but env.kwargs.max_steps="
+            f"{max_steps} lets an episode run past rollout.turns_per_slot={turns}: set rollout.turns_per_slot="
+            f"{max_steps} or env.kwargs.max_steps={turns} (an env's own limit is checked when the slots start)"
         )
 
 
@@ -60,6 +138,12 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
     micro = max(1, min(int(hw.micro_batch_size_per_gpu), mini // ranks))
     model_path = str(cfg.model.path)
     on_cpu = bool(hw.cpu)
+    from verlog.trainer.evaluation import evaluation_every
+
+    every = evaluation_every(cfg)
+    # the group estimators (grpo, gigpo) need no critic: verl builds none (need_critic reads critic.enable), never
+    # calls _compute_values, and trains the actor from the first iteration
+    critic = estimator_of(cfg) == "dual_gae"
     out = [
         # data: the rollout manager replaces the prompt data set (train/val files are never read)
         f"data.train_batch_size={rows}",
@@ -67,7 +151,7 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
         f"data.max_response_length={int(ro.max_response_tokens)}",
         "data.dataloader_num_workers=0",
         # algorithm: verlog computes the advantage itself (dual-discount GAE); KL in reward through verl
-        "algorithm.adv_estimator=gae",
+        f"algorithm.adv_estimator={'gae' if critic else 'grpo'}",
         f"algorithm.use_kl_in_reward={bool(alg.kl_in_reward)}",
         f"algorithm.kl_ctrl.kl_coef={float(alg.kl_coef)}",
         # actor
@@ -107,17 +191,21 @@ def verl_overrides(cfg: DictConfig) -> list[str]:
         f"trainer.nnodes={int(hw.nnodes)}",
         "trainer.total_epochs=1",
         f"trainer.total_training_steps={int(cfg.iterations)}",
-        # verl trains the critic only while global_steps < critic_warmup (steps count from 1)
-        f"trainer.critic_warmup={int(alg.critic_warmup) + 1 if int(alg.critic_warmup) > 0 else 0}",
+        # verl trains the critic only while global_steps < critic_warmup (steps count from 1); 0 without a critic
+        f"trainer.critic_warmup={int(alg.critic_warmup) + 1 if int(alg.critic_warmup) > 0 and critic else 0}",
         f"trainer.save_freq={int(cfg.checkpoint.save_freq)}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
+        # verl's validation hook runs verlog's evaluation (VerlogPPOTrainer._validate) every evaluation.every
+        # iterations and at the last one; off (-1) when evaluation.every is 0
+        f"trainer.test_freq={every if every > 0 else -1}",
+        f"trainer.val_before_train={every > 0 and bool(OmegaConf.select(cfg, 'evaluation.before_train'))}",
         f"trainer.project_name={cfg.project}",
         f"trainer.experiment_name={cfg.run_name}",
         f"trainer.default_local_dir={cfg.output_dir}/checkpoints",
         f"trainer.logger=[{','.join(str(x) for x in cfg.logger)}]",
         "reward.num_workers=1",
     ]
+    if not critic:
+        out.append("critic.enable=False")
     resume = str(cfg.checkpoint.resume)
     if resume in ("auto", "disable"):
         out.append(f"trainer.resume_mode={resume}")

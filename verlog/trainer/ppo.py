@@ -10,11 +10,15 @@ verl's ``fit()`` loop runs unchanged; verlog plugs into its seams:
   call on prompt-only rows, padded to the number of ranks) as ``next_values``;
 - the advantage: ``verl.trainer.ppo.ray_trainer.compute_advantage`` (looked up at call time in ``fit``) is replaced
   during ``fit`` by :meth:`VerlogPPOTrainer.compute_advantage`: dual-discount GAE over the rows, linked by (episode
-  id, turn index) whatever order verl's balancing left, then masked whitening;
+  id, turn index) whatever order verl's balancing left, then masked whitening; or, with ``algorithm.estimator`` =
+  ``grpo`` / ``gigpo``, the group advantages of :mod:`verlog.group_advantage` (no critic is built: ``critic.enable``
+  is False, so verl never calls ``_compute_values``);
 - the critic loss: verlog's clipped value loss with the first position weighted (``set_loss_fn``);
 - checkpoints: verl's, plus every slot's env state and memory (``verlog_rollout.pkl``);
 - metrics: env and rollout stats, advantage stats, progress and ETA go to verl's tracking backends and to
-  ``<output_dir>/metrics.jsonl``.
+  ``<output_dir>/metrics.jsonl``;
+- ``_validate`` (verl's validation hook, ``trainer.test_freq`` = ``evaluation.every``): verlog's evaluation on held-out
+  seeds (:mod:`verlog.trainer.evaluation`), logged as ``eval/*`` metrics.
 
 KL in reward, critic warm-up, the once-per-iteration weight sync and checkpoint/resume are verl's own mechanisms.
 """
@@ -40,6 +44,7 @@ from verl.utils.model import compute_position_id_with_mask
 
 from verlog.advantage import dual_discount_gae, masked_whiten, turn_level_advantages
 from verlog.errors import VerlogError
+from verlog.group_advantage import GROUP_ESTIMATORS, group_advantages, spread_untrained_rows
 from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
 
@@ -91,19 +96,24 @@ class VerlogPPOTrainer(RayPPOTrainer):
             )
         self.rollout = self._build_rollout()
         self.async_rollout_manager.attach(self.rollout, int(self.verlog.rollout.turns_per_slot))
+        self._tapes = self._build_tapes()
 
     def _build_rollout(self) -> RolloutManager:
-        from verlog.memory import SlidingMemory
+        from verlog.memory import PromptTemplate, SlidingMemory
+        from verlog.tapes import TapeSettings, frame_env_kwargs
 
         v = self.verlog
         env = v.env
+        frames = TapeSettings.from_config(v).frames
+        env_kwargs = dict(env.kwargs or {})
         pool = make_env_pool(
             str(env.id),
             int(v.rollout.num_slots),
-            env_kwargs=dict(env.kwargs or {}),
+            env_kwargs=frame_env_kwargs(str(env.id), env_kwargs) if frames else env_kwargs,
             in_process=bool(env.in_process),
             num_workers=env.num_workers,
             seed=int(v.seed),
+            keep_images=frames,
         )
         sampling = SamplingConfig(
             temperature=float(v.sampling.temperature),
@@ -119,11 +129,31 @@ class VerlogPPOTrainer(RayPPOTrainer):
             sampling,
             max_prompt_tokens=int(v.rollout.max_prompt_tokens),
             memory_factory=lambda: SlidingMemory(
-                n=int(memory.n), keep_reasoning_turns=int(memory.keep_reasoning_turns)
+                n=int(memory.n),
+                keep_reasoning_turns=int(memory.keep_reasoning_turns),
+                template=PromptTemplate.for_answer_format(str(memory.get("answer_format", "cot"))),
             ),
             seed=int(v.seed),
             run_id=str(v.run_name),
             generation_retries=int(v.rollout.generation_retries),
+            group_size=int(v.rollout.group_size) if self._estimator() in GROUP_ESTIMATORS else None,
+        )
+
+    def _estimator(self) -> str:
+        """``algorithm.estimator``: dual_gae, grpo or gigpo."""
+        return str(self.verlog.algorithm.get("estimator", "dual_gae"))
+
+    def _build_tapes(self) -> Any:
+        from verlog.tapes import TapeSettings, TrainingTapes
+
+        v = self.verlog
+        return TrainingTapes(
+            str(v.output_dir),
+            TapeSettings.from_config(v),
+            self.tokenizer,
+            env_id=str(v.env.id),
+            parse_mode=str((v.env.kwargs or {}).get("parse_mode", "strict")),
+            seed=int(v.seed),
         )
 
     def _world_size(self) -> int:
@@ -169,8 +199,11 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------ advantage
     def compute_advantage(self, data: DataProto, *args: Any, **kwargs: Any) -> DataProto:
-        """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``)."""
+        """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``); the
+        group estimators go to :meth:`_group_advantage`."""
         alg = self.verlog.algorithm
+        if self._estimator() in GROUP_ESTIMATORS:
+            return self._group_advantage(data)
         nt = data.non_tensor_batch
         keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
         position = {key: i for i, key in enumerate(keys)}
@@ -207,7 +240,82 @@ class VerlogPPOTrainer(RayPPOTrainer):
             "adv/bootstrap_rows": float(sum(1 for i, r in enumerate(next_row) if r < 0 and not nt["terminated"][i])),
             "adv/next_value_mean": float(next_values.float().mean()),
         }
+        self._write_tapes(data, raw, keys)
         return data
+
+    def _group_advantage(self, data: DataProto) -> DataProto:
+        """GRPO / GiGPO over the rows of whole episodes (docs/algorithms.md, "Group estimators"): each row's
+        advantage on all its response tokens, no whitening; untrained rows (idle, unfinished) get 0 and are dealt
+        over the mini-batches so that none is left without a trained row."""
+        alg = self.verlog.algorithm
+        nt = data.non_tensor_batch
+        keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
+        if "group_id" not in nt:
+            raise VerlogError(
+                f"algorithm.estimator={self._estimator()} needs group rollouts (rows with group ids): the rollout "
+                "was built without rollout.group_size"
+            )
+        self._check_finite(data.batch["token_level_rewards"], keys, "reward")
+        out = group_advantages(
+            self._estimator(),
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            np.logical_or(nt["terminated"], nt["truncated"]).tolist(),
+            nt["group_id"].tolist(),
+            nt["anchor"].tolist(),
+            nt["trained"].astype(bool).tolist(),
+            norm=str(alg.get("group_norm", "mean_std")),
+            gamma=float(alg.get("gigpo_step_gamma", 0.95)),
+            omega=float(alg.get("gigpo_omega", 1.0)),
+        )
+        self._check_finite(out.advantages, keys, "advantage")
+        data.batch["advantages"] = out.advantages
+        data.batch["returns"] = out.advantages.clone()  # no critic: verl's metrics read returns; as verl's GRPO does
+        self._adv_metrics = dict(out.metrics)
+        if not bool(self.config.actor_rollout_ref.actor.get("shuffle", False)):
+            order = spread_untrained_rows(
+                nt["trained"].astype(bool).tolist(),
+                self._world_size(),
+                int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size),
+            )
+            if order is not None and order != list(range(len(data))):
+                data.reorder(torch.tensor(order, dtype=torch.long))
+        return data
+
+    # ------------------------------------------------------------------------------------------ tapes
+    def _compute_old_log_prob(self, batch: DataProto) -> Any:
+        """verl's, keeping the per-token entropies (verl drops them after its metric) for the tapes' token split."""
+        out, mfu = super()._compute_old_log_prob(batch)
+        if getattr(self, "_tapes", None) is not None and self._tapes.enabled:
+            self._tape_entropys = out.batch["entropys"]
+        return out, mfu
+
+    _TAPE_TENSORS = ("values", "advantages", "returns", "response_mask", "old_log_probs", "ref_log_prob")
+
+    def _write_tapes(self, data: DataProto, raw_advantages: torch.Tensor | None, keys: list[tuple[str, int]]) -> None:
+        """The iteration's sampled episodes into ``tapes/train.jsonl`` (verlog/tapes.py); not during the critic
+        warm-up (no iteration yet). ``keys`` are the rows' (episode id, turn index) in ``data``'s order."""
+        from verlog.tapes import record_training_tapes
+
+        tapes = getattr(self, "_tapes", None)
+        manager = getattr(self, "async_rollout_manager", None)
+        batch = getattr(manager, "last_batch", None)
+        if tapes is None or batch is None or int(getattr(self, "global_steps", 0)) < 1:
+            return
+        by_key = {(r.episode_id, r.turn_index): r for r in batch.rows}
+        if any(k not in by_key for k in keys):
+            return  # not this iteration's rollout
+        entropys = getattr(self, "_tape_entropys", None)
+        self._tape_entropys = None
+        present = data.batch.keys()
+        if entropys is not None and entropys.shape != data.batch["response_mask"].shape:
+            entropys = None
+        tensors = {k: data.batch[k] if k in present else None for k in self._TAPE_TENSORS}
+        tensors["advantages_raw"] = raw_advantages
+        tensors["entropys"] = entropys
+        record_training_tapes(tapes, [by_key[k] for k in keys], tensors, int(self.global_steps))
 
     def _check_finite(self, x: torch.Tensor, keys: list[tuple[str, int]], what: str) -> None:
         """Stop the iteration on a NaN or infinite entry, naming the env, the episode and the turn."""
@@ -247,6 +355,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
             with open(path, "rb") as f:
                 self.rollout.load_state_dict(pickle.load(f))
             print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
+            if bool(self.config.trainer.get("val_before_train", False)):
+                # evaluation.before_train is the starting model's point (a fresh run's); a resumed run's step would
+                # get a second record beside the one the saving run wrote
+                self.config.trainer.val_before_train = False
         return result
 
     def _warmup_critic(self) -> None:
@@ -270,6 +382,19 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 f"[verlog] critic warm-up update {i + 1}/{updates} on {len(data)} rows: vf_loss {loss:.4f}", flush=True
             )
         print(f"[verlog] critic warm-up done in {time.time() - start:.0f} s ({len(data)} rows)", flush=True)
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    def _validate(self, merged: bool = False) -> dict[str, float]:
+        """verlog's evaluation in place of verl's validation data: verl calls this every ``trainer.test_freq``
+        (``evaluation.every``) iterations, at the last one and, with ``val_before_train``, before a fresh run's first
+        (``_load_checkpoint`` turns it off on resume), after the actor's weights are in vLLM; the metrics join that
+        iteration's record (verlog/trainer/evaluation.py)."""
+        from verlog.trainer.evaluation import TrainingEvaluator
+
+        if getattr(self, "_evaluator", None) is None:
+            self._evaluator = TrainingEvaluator.from_config(self.verlog)
+        generator = VerlServerGenerator(self.async_rollout_manager.llm_client)
+        return self._evaluator.run(generator, self.tokenizer, int(self.global_steps))
 
     # ------------------------------------------------------------------------------------------ fit
     def fit(self) -> None:
@@ -306,14 +431,14 @@ class VerlogPPOTrainer(RayPPOTrainer):
         )
         return metrics
 
-    def log_jsonl(self, data: dict[str, Any], step: int) -> None:
+    def log_jsonl(self, data: dict[str, Any], step: int, rollout: bool = True) -> None:
         out = str(self.verlog.output_dir)
         os.makedirs(out, exist_ok=True)
         record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
         with open(os.path.join(out, "metrics.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\n")
         log = self.async_rollout_manager.iteration_log
-        if log:
+        if rollout and log:
             with open(os.path.join(out, "rollout.jsonl"), "a") as f:
                 f.write(json.dumps({"step": step, **log[-1]}) + "\n")
 
@@ -336,6 +461,8 @@ def _tracking_with(base: type, trainer: VerlogPPOTrainer) -> type:
             if "training/global_step" in data:
                 data = {**data, **trainer.extra_metrics(step)}
                 trainer.log_jsonl(data, step)
+            elif any(str(k).startswith("eval/") for k in data):  # the evaluation before the first iteration
+                trainer.log_jsonl(data, step, rollout=False)
             return super().log(data, step, *args, **kwargs)
 
     return VerlogTracking

@@ -158,3 +158,47 @@ def test_eval_vllm_writes_summary(tiny_model: Path, tmp_path: Path) -> None:
     assert summary["model"]["path"].endswith("global_step_1/actor/huggingface")
     turns = read_turn_logs(out / "turns.jsonl")
     assert all(t.logprobs is not None and t.logprobs.n == t.response_tokens for t in turns)
+
+
+# ------------------------------------------------------------------------------------------------ bad inputs (issue 15)
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seeds", "-1,2"], "argument --seeds: seed -1 in '-1,2' is negative: seeds are integers in [0, 4294967295]"),
+        (["--seeds", "1,x"], "argument --seeds: 'x' in '1,x' is not a seed: write comma-separated integers"),
+        (["--seeds", "3,3"], "seed 3 appears twice in '3,3'"),
+        (["--memory-n", "-1"], "argument --memory-n: '-1' is not an integer >= 0"),
+        (["--episodes", "0"], "argument --episodes: '0' is not an integer >= 1"),
+        (["--top-p", "0"], "argument --top-p: '0' is not a number in (0.0, 1.0]"),
+    ],
+    ids=["negative-seed", "not-a-seed", "repeated-seed", "memory-n", "episodes", "top-p"],
+)
+def test_bad_numbers_are_refused_by_the_parser(extra, message, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", "m", "--tasks", "babyai/goto", "--out", str(tmp_path / "o"), *extra])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_inputs_are_refused_before_the_engine_starts(tiny_model: Path, tmp_path: Path, capsys, monkeypatch):
+    import verlog.eval
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the engine started before the arguments were checked")
+
+    monkeypatch.setattr(verlog.eval, "load_model", refuse)
+    out = tmp_path / "out"
+    base = ["eval", "--model", str(tiny_model), "--tasks", "babyai/goto"]
+    (tmp_path / "file").write_text("x")
+    assert main([*base, "--out", str(tmp_path / "file")]) == 2
+    assert "--out" in (err := capsys.readouterr().err) and "is a file, not a folder" in err
+    out.mkdir()
+    (out / "episodes.jsonl").write_text("{}\n")
+    assert main([*base, "--out", str(out)]) == 2
+    assert "episodes.jsonl exists from an earlier evaluation: pass --resume" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "o"), "--env-kwargs", '{"max_step": 3}']) == 2
+    assert "env 'babyai/goto' takes no keyword argument 'max_step'" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "o"), "--import", "no_such_mod"]) == 2
+    assert "--import: no module named 'no_such_mod'" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tiny_model), "--tasks", "lake/4x4", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown task 'lake/4x4'" in (err := capsys.readouterr().err) and "--import MODULE" in err
+    assert not (tmp_path / "o").exists()

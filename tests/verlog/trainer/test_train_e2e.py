@@ -1,7 +1,8 @@
 """End to end: PPO through verl 0.9.1 on this CPU with verlog's rollout, dual GAE and checkpoints.
 
 One run of 3 iterations on babyai/goto (4 slots x 4 turns, actor and critic on 2 FSDP ranks, an env crash injected
-in iteration 2), then a second process resuming from the iteration-2 checkpoint. Both share one tiny model.
+in iteration 2, evaluation inside training before iteration 1 and after iterations 2 and 3), then a second process
+resuming from the iteration-2 checkpoint (evaluating after its one iteration). Both share one tiny model.
 """
 
 from __future__ import annotations
@@ -52,22 +53,40 @@ def _train(out: Path, model: Path, *overrides: str, env: dict | None = None) -> 
     return proc
 
 
+EVAL_EPISODES = 4
+EVAL_KEYS = ("success", "progression", "return", "valid_action_rate")
+
+
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _iterations(path: Path) -> list[dict]:
+    """The PPO iterations' records of a metrics.jsonl (not the evaluation before training, at step 0)."""
+    return [r for r in _records(path) if "training/global_step" in r]
 
 
 @pytest.fixture(scope="module")
 def runs(tiny_model, tmp_path_factory):
     base = tmp_path_factory.mktemp("train_e2e")
-    first = _train(base / "run1", tiny_model, env={"VERLOG_TEST_CRASH_AT_STEP": "22"})
+    # evaluation before training, after iteration 2 (every=2) and after the last one; the injected crash counts
+    # training steps only (crashy_env), so it lands in iteration 2's rollout
+    evaluation = ["evaluation.every=2", f"evaluation.episodes={EVAL_EPISODES}"]
+    first = _train(base / "run1", tiny_model, *evaluation, env={"VERLOG_TEST_CRASH_AT_STEP": "22"})
     ckpt = base / "run1" / "checkpoints" / "global_step_2"
-    second = _train(base / "run2", tiny_model, f"checkpoint.resume={ckpt}")
+    second = _train(
+        base / "run2",
+        tiny_model,
+        f"checkpoint.resume={ckpt}",
+        "evaluation.every=1",
+        f"evaluation.episodes={EVAL_EPISODES}",
+    )
     return base, first, second
 
 
 def test_three_iterations_losses_metrics_and_sync(runs):
     base, proc, _ = runs
-    metrics = _records(base / "run1" / "metrics.jsonl")
+    metrics = _iterations(base / "run1" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for m in metrics:
         assert math.isfinite(m["critic/vf_loss"])
@@ -87,9 +106,42 @@ def test_three_iterations_losses_metrics_and_sync(runs):
     assert "critic/vf_loss" in proc.stdout  # verl's console logger printed the metrics
 
 
+def _check_eval(record: dict) -> None:
+    assert record["eval/episodes"] == EVAL_EPISODES and "eval/failed" not in record
+    for key in EVAL_KEYS:
+        assert math.isfinite(record[f"eval/{key}"]) and record[f"eval/{key}_se"] >= 0, key
+    assert 0 <= record["eval/success"] <= 1 and 0 <= record["eval/valid_action_rate"] <= 1
+    assert 1 <= record["eval/length"] <= 64  # goto's step limit
+
+
+def test_evaluation_inside_training(runs):
+    base, proc, second = runs
+    records = _records(base / "run1" / "metrics.jsonl")
+    assert [m["step"] for m in records] == [0, 1, 2, 3]
+    # before training: the starting model, a record of its own at step 0
+    _check_eval(records[0])
+    assert not any(k.startswith(("training/", "critic/", "env/")) for k in records[0])
+    assert not any(k.startswith("eval/") for k in records[1])  # iteration 1: no evaluation
+    for m in records[2:]:  # after iteration 2 (every=2) and the last one, in the iteration's own record
+        _check_eval(m)
+        assert "critic/vf_loss" in m
+    for k in (0, 2, 3):
+        assert f"[verlog] eval at iteration {k}: success " in proc.stdout
+    episodes = _records(base / "run1" / "eval" / "episodes.jsonl")
+    held_out = [2**31 + i for i in range(EVAL_EPISODES)]  # the seeds no training slot can draw
+    assert [(e["iteration"], e["seed"]) for e in episodes] == [(k, s) for k in (0, 2, 3) for s in held_out]
+    trained = {s for r in _records(base / "run1" / "rollout.jsonl") for s in r["episode_seeds"].values()}
+    assert trained and not trained & set(held_out)
+    # a resumed run does not evaluate its checkpoint's step again (the saving run logged that step)
+    resumed = _records(base / "run2" / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [3]
+    _check_eval(resumed[0])
+    assert "[verlog] eval at iteration 2" not in second.stdout and "[verlog] eval at iteration 3: " in second.stdout
+
+
 def test_env_crash_does_not_stop_training(runs):
     base, _, _ = runs
-    metrics = _records(base / "run1" / "metrics.jsonl")
+    metrics = _iterations(base / "run1" / "metrics.jsonl")
     assert sum(m["rollout/env_errors"] for m in metrics) == 1
 
 

@@ -1,0 +1,288 @@
+"""Evaluation inside training: BALROG's protocol on fixed held-out seeds every ``evaluation.every`` iterations.
+
+The trainer (:meth:`verlog.trainer.ppo.VerlogPPOTrainer._validate`, called by verl's ``fit()`` every
+``trainer.test_freq`` iterations, at the last one and, with ``val_before_train``, before a fresh run's first) hands
+this module a generator on verl's vLLM servers; the episodes run through :func:`verlog.eval.runner.run_episodes`, the
+runner of ``verlog eval``: a fresh env and memory per episode, ``env.id`` built with training's ``env.kwargs``,
+training's memory settings, answer format, prompt budget and response length. Nothing here imports verl.
+
+Seeds: episode ``i`` gets ``evaluation.seed_start + i`` at every evaluation (the same layouts each time, so the
+curve is paired by seed). Training's slots start at ``seed .. seed + num_slots - 1`` and draw later episodes' seeds
+from ``[0, 2**31 - 1)`` (:func:`envs.pool.drawn_seeds`); the default ``seed_start`` of ``2**31`` lies above every
+draw. :func:`check_evaluation` rejects, before anything starts, evaluation seeds that a training slot starts with or
+can draw within the run's steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verlog.eval.protocol import EvalProtocol, EvalProtocolError
+from verlog.eval.runner import EpisodeRecord
+from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.trainer.config import TrainConfigError
+
+EVAL_PREFIX = "eval/"
+EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
+"""Every evaluation episode, one JSON line each with its ``iteration`` (relative to ``output_dir``)."""
+
+RESERVED_SEED_START = 2**31
+"""The first seed no training slot can draw (``envs.pool.DRAWN_SEED_END`` is ``2**31 - 1``): the default
+``evaluation.seed_start``."""
+
+# per-episode quantities reported as eval/<name> (mean) and eval/<name>_se (BALROG's standard error)
+_MEASURES = {
+    "success": lambda r: float(r.success),
+    "progression": lambda r: float(r.progression),
+    "return": lambda r: float(r.episode_return),
+    "valid_action_rate": lambda r: float(r.valid_action_rate),
+}
+
+
+def evaluation_every(cfg: DictConfig) -> int:
+    """``evaluation.every`` (0 when the config has no evaluation section, e.g. a run saved before it existed)."""
+    return int(OmegaConf.select(cfg, "evaluation.every", default=0) or 0)
+
+
+def memory_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """``run_episodes``' memory and prompt keywords from training's ``memory`` section (the one place they are read,
+    so that evaluation prompts are laid out as training's)."""
+    memory = cfg.memory
+    return {
+        "memory_n": int(memory.n),
+        "keep_reasoning_turns": int(memory.get("keep_reasoning_turns", 1)),
+        "answer_format": str(memory.get("answer_format", "cot")),
+    }
+
+
+def eval_protocol(cfg: DictConfig) -> EvalProtocol:
+    """The evaluation's episodes: ``evaluation.episodes`` of ``env.id`` from ``evaluation.seed_start``, training's env
+    kwargs (the step limit included)."""
+    ev, kwargs = cfg.evaluation, cfg.env.get("kwargs")
+    return EvalProtocol(
+        tasks=(str(cfg.env.id),),
+        episodes_per_task=int(ev.episodes),
+        seed_start=int(ev.seed_start),
+        env_kwargs=dict(OmegaConf.to_container(kwargs, resolve=True)) if kwargs else {},
+    )
+
+
+def eval_sampling(cfg: DictConfig) -> SamplingConfig:
+    """``evaluation.temperature`` with training's top_p, top_k and response length (what the vLLM servers allow)."""
+    return SamplingConfig(
+        temperature=float(cfg.evaluation.temperature),
+        top_p=float(cfg.sampling.top_p),
+        top_k=int(cfg.sampling.top_k),
+        max_tokens=int(cfg.rollout.max_response_tokens),
+    )
+
+
+def steps_per_slot(cfg: DictConfig) -> int:
+    """Most env steps one training slot takes in the run (iterations, plus the critic warm-up's larger rollout)."""
+    turns = int(cfg.rollout.turns_per_slot)
+    multiplier = int(OmegaConf.select(cfg, "algorithm.warmup_rollout_multiplier", default=1) or 1)
+    return turns * int(cfg.iterations) + (turns * multiplier if multiplier > 1 else 0)
+
+
+def training_seed_overlap(cfg: DictConfig, eval_seeds: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(evaluation seeds a training slot starts with, evaluation seeds a slot can draw for a later episode)."""
+    import numpy as np
+
+    from envs.pool import DRAWN_SEED_END, drawn_seeds
+
+    seeds = sorted({int(s) for s in eval_seeds})
+    first, slots = int(cfg.seed), int(cfg.rollout.num_slots)
+    starts = [s for s in seeds if first <= s < first + slots]
+    drawable = np.asarray([s for s in seeds if s < DRAWN_SEED_END], dtype=np.int64)
+    drawn: set[int] = set()
+    if drawable.size:
+        count = steps_per_slot(cfg)
+        for slot in range(slots):
+            stream = drawn_seeds(first + slot, count)
+            drawn.update(int(s) for s in drawable[np.isin(drawable, stream)])
+    return starts, sorted(drawn)
+
+
+def check_evaluation(cfg: DictConfig) -> None:
+    """Reject an evaluation that cannot run or that would meet training's seeds (called by ``check_config``)."""
+    every = evaluation_every(cfg)
+    if every < 0:
+        raise TrainConfigError(f"evaluation.every must be >= 0 iterations (0 turns evaluation off), got {every}")
+    if every == 0:
+        return
+    ev = cfg.evaluation
+    if int(ev.episodes) < 1:
+        raise TrainConfigError(f"evaluation.episodes must be >= 1, got {ev.episodes} (or set evaluation.every=0)")
+    if float(ev.temperature) < 0:
+        raise TrainConfigError(f"evaluation.temperature must be >= 0 (0 is greedy), got {ev.temperature}")
+    try:
+        protocol = eval_protocol(cfg)
+    except EvalProtocolError as exc:
+        raise TrainConfigError(f"evaluation: {exc}") from exc
+    seeds = protocol.seed_list()
+    span = f"evaluation seeds {seeds[0]}..{seeds[-1]} (evaluation.seed_start={ev.seed_start}, episodes={ev.episodes})"
+    starts, drawn = training_seed_overlap(cfg, seeds)
+    if starts:
+        raise TrainConfigError(
+            f"{span} include {_shown(starts)}, the seed(s) training's slots start with (seed={cfg.seed} .. "
+            f"{int(cfg.seed) + int(cfg.rollout.num_slots) - 1}): evaluation would replay training layouts; use "
+            f"evaluation.seed_start={RESERVED_SEED_START} (no training slot reaches seeds from there) or move seed"
+        )
+    if drawn:
+        raise TrainConfigError(
+            f"{span} include {_shown(drawn)}, which training's slots can draw for later episodes within the run's "
+            f"{steps_per_slot(cfg)} steps per slot: use evaluation.seed_start={RESERVED_SEED_START} (seeds from "
+            "there are never drawn) or another range"
+        )
+    _check_env_builds(str(cfg.env.id), protocol.env_kwargs, max(seeds))
+
+
+def _shown(seeds: list[int]) -> str:
+    return ", ".join(str(s) for s in seeds[:5]) + (f" and {len(seeds) - 5} more" if len(seeds) > 5 else "")
+
+
+def ensure_registered(env_id: str) -> None:
+    """An entry-point ``env.id`` (``package.module:factory``, resolved by the training pool) registered under that
+    same id, so that ``envs.make`` (the evaluation runner's) builds it too."""
+    if ":" not in env_id:
+        return
+    import envs
+    from envs.registry import _REGISTRY
+    from verlog.rollout.manager import resolve_env_factory
+
+    if env_id not in _REGISTRY:
+        envs.register(env_id, resolve_env_factory(env_id))
+
+
+def _check_env_builds(env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
+    import envs
+
+    try:
+        ensure_registered(env_id)
+        env = envs.make(env_id, **env_kwargs)
+        try:
+            env.reset(seed=seed)
+        finally:
+            env.close()
+    except Exception as exc:  # any failure here would stop the first evaluation mid-run
+        raise TrainConfigError(
+            f"evaluation cannot run: building env {env_id!r} with env.kwargs {env_kwargs} and resetting it with "
+            f"evaluation seed {seed} failed ({type(exc).__name__}: {exc}); fix the env settings or set "
+            "evaluation.every=0"
+        ) from exc
+
+
+def eval_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """``eval/<measure>`` means and ``eval/<measure>_se`` standard errors (BALROG's: population sd / sqrt(N)) of
+    success, progression, return and valid-action rate, plus ``eval/episodes`` and ``eval/length``."""
+    from verlog.eval.stats import balrog_mean_se
+
+    out: dict[str, float] = {}
+    for name, measure in _MEASURES.items():
+        stat = balrog_mean_se([measure(r) for r in records])
+        out[f"{EVAL_PREFIX}{name}"] = stat.mean
+        out[f"{EVAL_PREFIX}{name}_se"] = stat.se
+    out[f"{EVAL_PREFIX}episodes"] = float(len(records))
+    out[f"{EVAL_PREFIX}length"] = float(sum(r.num_steps for r in records) / len(records))
+    out[f"{EVAL_PREFIX}generation_failures"] = float(sum(r.generation_failures for r in records))
+    return out
+
+
+def summary_line(iteration: int, metrics: dict[str, float]) -> str:
+    """The one-line progress report printed after each evaluation."""
+    p = EVAL_PREFIX
+    return (
+        f"[verlog] eval at iteration {iteration}: success {100 * metrics[p + 'success']:.1f}% "
+        f"± {100 * metrics[p + 'success_se']:.1f} over {int(metrics[p + 'episodes'])} episodes "
+        f"(progression {metrics[p + 'progression']:.3f}, return {metrics[p + 'return']:.3f}, "
+        f"valid actions {100 * metrics[p + 'valid_action_rate']:.1f}%, {metrics[p + 'time_s']:.0f} s)"
+    )
+
+
+@dataclass
+class TrainingEvaluator:
+    """Runs one evaluation per call (see the module docstring); built from verlog's config by the trainer."""
+
+    protocol: EvalProtocol
+    sampling: SamplingConfig
+    memory: dict[str, Any]
+    max_prompt_tokens: int
+    output_dir: str
+    tapes: Any = None  # verlog.tapes.TapeSettings: the first tapes.eval_episodes episodes go to tapes/eval.jsonl
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> TrainingEvaluator:
+        import dataclasses
+
+        from verlog.tapes import TapeSettings, frame_env_kwargs
+
+        ensure_registered(str(cfg.env.id))
+        tapes = TapeSettings.from_config(cfg)
+        protocol = eval_protocol(cfg)
+        if tapes.frames and tapes.eval_episodes:
+            protocol = dataclasses.replace(protocol, env_kwargs=frame_env_kwargs(str(cfg.env.id), protocol.env_kwargs))
+        return cls(
+            protocol=protocol,
+            sampling=eval_sampling(cfg),
+            memory=memory_kwargs(cfg),
+            max_prompt_tokens=int(cfg.rollout.max_prompt_tokens),
+            output_dir=str(cfg.output_dir),
+            tapes=tapes,
+        )
+
+    def run(self, generator: Generator, tokenizer: Any, iteration: int) -> dict[str, float]:
+        """Play the protocol's episodes with ``generator`` (the current policy); returns the ``eval/*`` metrics.
+
+        A failure (an env that raises, a lost server) does not stop training: it is printed with its traceback and
+        reported as ``eval/failed`` = 1.
+        """
+        from verlog.eval.runner import run_episodes
+        from verlog.tapes import EvalTapeWriter
+
+        start = time.perf_counter()
+        specs = self.protocol.episodes()
+        taped = int(getattr(self.tapes, "eval_episodes", 0) or 0)
+        tape = (
+            EvalTapeWriter(self.output_dir, iteration, [s.episode_id for s in specs if s.episode_index < taped])
+            if taped
+            else None
+        )
+        try:
+            records = run_episodes(
+                specs,
+                generator,
+                tokenizer,
+                self.sampling,
+                max_prompt_tokens=self.max_prompt_tokens,
+                env_kwargs=self.protocol.env_kwargs,
+                max_steps=self.protocol.max_steps,
+                turn_log=tape,
+                **self.memory,
+            )
+        except Exception as exc:  # an evaluation must not end a training run
+            traceback.print_exc()
+            print(f"[verlog] eval at iteration {iteration} failed ({type(exc).__name__}: {exc})", flush=True)
+            return {f"{EVAL_PREFIX}failed": 1.0}
+        finally:
+            if tape is not None:
+                tape.close()
+        metrics = eval_metrics(records)
+        metrics[f"{EVAL_PREFIX}time_s"] = time.perf_counter() - start
+        self._write_episodes(records, iteration)
+        print(summary_line(iteration, metrics), flush=True)
+        return metrics
+
+    def _write_episodes(self, records: Sequence[EpisodeRecord], iteration: int) -> None:
+        path = os.path.join(self.output_dir, EPISODES_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as f:
+            for rec in records:
+                f.write(json.dumps({"iteration": iteration, **rec.to_dict()}) + "\n")
