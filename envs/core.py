@@ -19,7 +19,6 @@ A game subclasses :class:`TextEnv` and implements the ``_game_*`` hooks.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import string
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import numpy as np
 from envs import actions as action_parsing
 from envs.actions import PARSE_MODES, ParseMode
 from envs.errors import EnvStateError
+from envs.sealed import ChecksumMismatch, seal, unseal
 
 TIME_LIMITS = ("truncate", "terminate")
 """What reaching ``max_steps`` means: ``truncate`` (gymnasium's; training bootstraps with ``V(s_T)``) or
@@ -286,7 +286,7 @@ class TextEnv(gym.Env):
             "env_id": self.env_id,
         }
         body = pickle.dumps(payload)
-        return STATE_HEADER + hashlib.sha256(body).digest() + body
+        return seal(STATE_HEADER, body)
 
     def set_state(self, state: bytes) -> None:
         """Restore what :meth:`get_state` returned.
@@ -324,15 +324,13 @@ class TextEnv(gym.Env):
                 f"cannot restore {name}: a state is the bytes get_state() returned, got {type(state).__name__}"
             )
         data = bytes(state)
-        if data.startswith(STATE_HEADER):
-            start = len(STATE_HEADER)
-            digest, body = data[start : start + 32], data[start + 32 :]
-            if hashlib.sha256(body).digest() != digest:
-                raise EnvStateError(
-                    f"cannot restore {name}: the state is corrupted (its checksum does not match its {len(body)} "
-                    "bytes); restore from another copy or checkpoint"
-                )
-        else:  # a state saved before states carried a checksum (payload only)
+        try:
+            body = unseal(STATE_HEADER, data)
+        except ChecksumMismatch as exc:
+            raise EnvStateError(
+                f"cannot restore {name}: the state is corrupted ({exc}); restore from another copy or checkpoint"
+            ) from exc
+        if body is None:  # a state saved before states carried a checksum (payload only)
             body = data
         try:
             payload = pickle.loads(body)

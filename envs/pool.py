@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -53,6 +52,7 @@ from envs.core import TextObservation
 from envs.errors import EnvPoolError, EnvStateError
 from envs.pool_worker import INFO_WARNING, Failure, LocalWorker, ProcessWorker, shutdown
 from envs.registry import registered_factory
+from envs.sealed import ChecksumMismatch, seal, unseal
 
 Factory = Callable[..., Any]
 StepResult = tuple[TextObservation, float, bool, bool, dict[str, Any]]
@@ -605,7 +605,7 @@ class EnvPool:
                 "next_seed": slot.next_seed,
             }
             body = pickle.dumps(record)
-            out.append(_STATE_HEADER + hashlib.sha256(body).digest() + body)
+            out.append(seal(_STATE_HEADER, body))
         return out
 
     def _read_slot_state(self, i: int, blob: Any) -> dict[str, Any]:
@@ -614,14 +614,11 @@ class EnvPool:
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise EnvStateError(f"the state for slot {i} is a {type(blob).__name__}, not the bytes slot_states() gave")
         data = bytes(blob)
-        if data.startswith(_STATE_HEADER):
-            start = len(_STATE_HEADER)
-            digest, body = data[start : start + 32], data[start + 32 :]
-            if hashlib.sha256(body).digest() != digest:
-                raise EnvStateError(
-                    f"the state for slot {i} is corrupted (its checksum does not match); restore from another copy"
-                )
-        else:
+        try:
+            body = unseal(_STATE_HEADER, data)
+        except ChecksumMismatch as exc:
+            raise EnvStateError(f"the state for slot {i} is corrupted ({exc}); restore from another copy") from exc
+        if body is None:
             body = data
         try:
             record = pickle.loads(body)

@@ -153,3 +153,12 @@ def test_a_win_on_the_last_allowed_step_is_not_a_time_limit() -> None:
 def test_time_limit_must_be_known() -> None:
     with pytest.raises(ValueError, match="time_limit must be one of"):
         BabyAITextEnv("goto", time_limit="stop")
+
+
+def test_sealed_states_refuse_corruption() -> None:
+    from envs.sealed import ChecksumMismatch, seal, unseal
+
+    sealed = seal(b"h\n", b"payload")
+    assert unseal(b"h\n", sealed) == b"payload" and unseal(b"other\n", sealed) is None
+    with pytest.raises(ChecksumMismatch):
+        unseal(b"h\n", sealed[:-1] + b"X")
