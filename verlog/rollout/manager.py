@@ -208,6 +208,29 @@ class RolloutManager:
     def _prompt_ids(self, slot: int) -> list[int]:
         return list(self._prompt(slot).token_ids)
 
+    def _turn_row(self, slot: int, prompt: BuiltPrompt, gen: Generation | None, **extra: Any) -> TurnRow:
+        """The row of ``slot``'s current turn before the env steps: prompt, response (a failed generation, None,
+        becomes a bare EOS with empty text), episode book-keeping and what tapes show; ``extra``: more fields."""
+        failed = gen is None
+        if gen is None:
+            gen = Generation(token_ids=[self.tokenizer.eos_token_id], log_probs=None)
+        ep = self._episodes[slot]
+        return TurnRow(
+            slot=slot,
+            episode_id=ep.episode_id,
+            turn_index=ep.turn,
+            prompt_ids=list(prompt.token_ids),
+            response_ids=list(gen.token_ids),
+            response_logprobs=gen.log_probs,
+            generation_failed=failed,
+            seed=ep.seed,
+            observation=self.memories[slot].current_observation,
+            response_text="" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True),
+            memory_turns=prompt.turns_kept,
+            frame=self._images[slot],
+            **extra,
+        )
+
     def _generate(self, requests: list[GenerationRequest], batch: TurnBatch) -> list[Generation | None]:
         """Generate with retries; None marks a request that failed every attempt."""
         results: list[Generation | None] = [None] * len(requests)
@@ -240,7 +263,6 @@ class RolloutManager:
             self.start()
         batch = TurnBatch()
         t_gen = t_env = 0.0
-        eos = self.tokenizer.eos_token_id
         for _ in range(turns_per_slot):
             built = [self._prompt(s) for s in range(self.num_slots)]
             prompts = [list(b.token_ids) for b in built]
@@ -251,28 +273,9 @@ class RolloutManager:
             rows: list[TurnRow] = []
             texts: list[str] = []
             for s, gen in enumerate(generations):
-                failed = gen is None
-                if gen is None:
-                    gen = Generation(token_ids=[eos], log_probs=None)
-                text = "" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                ep = self._episodes[s]
-                rows.append(
-                    TurnRow(
-                        slot=s,
-                        episode_id=ep.episode_id,
-                        turn_index=ep.turn,
-                        prompt_ids=prompts[s],
-                        response_ids=list(gen.token_ids),
-                        response_logprobs=gen.log_probs,
-                        generation_failed=failed,
-                        seed=ep.seed,
-                        observation=self.memories[s].current_observation,
-                        response_text=text,
-                        memory_turns=built[s].turns_kept,
-                        frame=self._images[s],
-                    )
-                )
-                texts.append(text)
+                row = self._turn_row(s, built[s], gen)
+                rows.append(row)
+                texts.append(row.response_text)
             start = time.perf_counter()
             results = self.pool.step(texts)
             t_env += time.perf_counter() - start
@@ -380,30 +383,15 @@ class RolloutManager:
             live = [s for s in range(n) if active[s]]
             rows: dict[int, TurnRow] = {}
             if live:
-                prompts = {s: self._prompt_ids(s) for s in live}
-                requests = [GenerationRequest(episode_of[s], prompts[s]) for s in live]
+                built = {s: self._prompt(s) for s in live}
+                requests = [GenerationRequest(episode_of[s], list(built[s].token_ids)) for s in live]
                 start = time.perf_counter()
                 generations = self._generate(requests, batch)
                 t_gen += time.perf_counter() - start
                 texts = [""] * n  # idle slots step a throw-away episode (the pool steps every slot); ignored
                 for s, gen in zip(live, generations):
-                    failed = gen is None
-                    if gen is None:
-                        gen = Generation(token_ids=[eos], log_probs=None)
-                    texts[s] = "" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                    ep = self._episodes[s]
-                    rows[s] = TurnRow(
-                        slot=s,
-                        episode_id=ep.episode_id,
-                        turn_index=ep.turn,
-                        prompt_ids=prompts[s],
-                        response_ids=list(gen.token_ids),
-                        response_logprobs=gen.log_probs,
-                        generation_failed=failed,
-                        seed=ep.seed,
-                        group_id=group_ids[s],
-                        anchor=anchors[s],
-                    )
+                    rows[s] = self._turn_row(s, built[s], gen, group_id=group_ids[s], anchor=anchors[s])
+                    texts[s] = rows[s].response_text
                 start = time.perf_counter()
                 results = self.pool.step(texts)
                 t_env += time.perf_counter() - start
