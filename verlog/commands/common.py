@@ -135,6 +135,19 @@ def json_object(option: str, text: str) -> dict[str, Any]:
     return value
 
 
+def add_answer_format_argument(parser: Any, help_suffix: str = "") -> None:
+    """``--answer-format {cot,action}`` (default cot), the choices from :data:`verlog.memory.ANSWER_FORMATS`."""
+    from verlog.memory import ANSWER_FORMATS
+
+    parser.add_argument(
+        "--answer-format",
+        choices=list(ANSWER_FORMATS),
+        default="cot",
+        help="the answer format the prompt asks for: cot (THINK then ACTION, default) or action (the ACTION line "
+        "alone)" + help_suffix,
+    )
+
+
 # ------------------------------------------------------------------------------------------------ --import
 def add_import_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

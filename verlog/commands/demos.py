@@ -8,6 +8,7 @@ import sys
 
 from verlog.commands.common import (
     UsageError,
+    add_answer_format_argument,
     add_import_argument,
     build_env,
     check_env_id,
@@ -46,12 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env-kwargs", default="{}", help="JSON keyword arguments of envs.make, e.g. '{\"max_steps\": 64}'"
     )
-    parser.add_argument(
-        "--answer-format",
-        choices=["cot", "action"],
-        default="cot",
-        help="cot: THINK then ACTION (default); action: the ACTION line alone (the RL memory.answer_format)",
-    )
+    add_answer_format_argument(parser, "; use the RL config's memory.answer_format")
     parser.add_argument(
         "--val-episodes",
         type=int_at_least(0),

@@ -14,6 +14,7 @@ from pathlib import Path
 from verlog.commands.common import (
     UsageError,
     accept_negative_lists,
+    add_answer_format_argument,
     add_import_argument,
     build_env,
     float_in,
@@ -55,12 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-prompt-tokens", type=int_at_least(1), default=1024, help="prompt budget (old turns dropped)"
     )
     parser.add_argument("--memory-n", type=int_at_least(0), default=1, help="past turns in each prompt (Verlog: 1)")
-    parser.add_argument(
-        "--answer-format",
-        choices=["cot", "action"],
-        default="cot",
-        help="the prompt's answer format: cot (THINK then ACTION, default) or action (the ACTION line alone)",
-    )
+    add_answer_format_argument(parser)
     parser.add_argument(
         "--max-steps", type=int_at_least(1), default=None, help="step limit per episode (default: the env's)"
     )

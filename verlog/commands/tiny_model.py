@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from verlog.commands.common import (
+    add_answer_format_argument,
     add_import_argument,
     check_env_id,
     check_output_folder,
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--warm-start-steps", type=int_at_least(1), default=250)
     group.add_argument("--warm-start-batch", type=int_at_least(1), default=16)
     group.add_argument("--warm-start-lr", type=float_in(0.0, low_open=True), default=1e-3)
-    group.add_argument("--answer-format", choices=["cot", "action"], default="cot", help="the training config's")
+    add_answer_format_argument(group, "; use the training config's memory.answer_format")
     group.add_argument("--memory-n", type=int_at_least(0), default=1, help="the training config's memory.n")
     group.add_argument(
         "--max-prompt-tokens", type=int_at_least(1), default=1024, help="the training config's prompt budget"

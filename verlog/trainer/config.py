@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlog.advantage import ADVANTAGE_LEVELS
 from verlog.errors import VerlogError
-from verlog.memory import ANSWER_FORMATS
+from verlog.memory import check_answer_format
 
 AGENT_LOOP_MANAGER = "verlog.trainer.agent_loop.VerlogAgentLoopManager"
 
@@ -44,12 +44,10 @@ def check_config(cfg: DictConfig) -> None:
         )
     if int(cfg.iterations) < 1:
         raise TrainConfigError(f"iterations must be >= 1, got {cfg.iterations}")
-    answer_format = str(cfg.memory.get("answer_format", "cot"))
-    if answer_format not in ANSWER_FORMATS:
-        raise TrainConfigError(
-            f"memory.answer_format={answer_format!r} is not one of {', '.join(ANSWER_FORMATS)} (cot: THINK then "
-            "ACTION; action: the ACTION line alone)"
-        )
+    try:
+        check_answer_format(str(cfg.memory.get("answer_format", "cot")))
+    except ValueError as exc:
+        raise TrainConfigError(f"memory.answer_format: {exc}") from None
     level = str(cfg.algorithm.get("advantage_level", "token"))
     if level not in ADVANTAGE_LEVELS:
         raise TrainConfigError(
