@@ -42,6 +42,7 @@
 #   ADVANTAGE_LEVEL     token or turn (algorithm.advantage_level) [turn]
 #   EVAL_EVERY, EVAL_EPISODES_IN_TRAINING   in-training evaluation every K PPO iterations on held-out seeds
 #                       (evaluation.every; 0 = off) and its episodes [10, 64; smoke 0]
+#   SINGLE_GAE          1: also run PPO with single-discount GAE (the comparison); 0: only dual GAE [1]
 #   STEP_GAMMA, STEP_LAM  discount and lambda between turns [0.99, 0.95]; the dual run keeps token gamma = lambda
 #                       = 1 (Verlog's), the single run sets token gamma/lambda = STEP_GAMMA/STEP_LAM (ordinary GAE)
 #   MAX_RESPONSE_TOKENS, MAX_PROMPT_TOKENS   [8, 1024] (an action-only answer is about 6 tokens with EOS)
@@ -142,6 +143,7 @@ EVAL_EVERY="${EVAL_EVERY:-10}"
 EVAL_EPISODES_IN_TRAINING="${EVAL_EPISODES_IN_TRAINING:-64}"
 PPO_EPOCHS="${PPO_EPOCHS:-1}"
 MINI_BATCHES="${MINI_BATCHES:-4}"
+SINGLE_GAE="${SINGLE_GAE:-1}"
 STEP_GAMMA="${STEP_GAMMA:-0.99}"
 STEP_LAM="${STEP_LAM:-0.95}"
 MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-8}"
@@ -154,7 +156,7 @@ SETTINGS=(SMOKE OUTPUT_DIR RESULTS TASK MAX_STEPS TIME_LIMIT ANSWER_FORMAT FORMA
     MODEL_LAYERS MODEL_HEADS MODEL_KV_HEADS MODEL_FFN MODEL_VOCAB SFT_STEPS SFT_BATCH SFT_LR SFT_WARMUP_RATIO EPISODES
     EVAL_SEED_START ADVANTAGE_LEVEL EVAL_EVERY EVAL_EPISODES_IN_TRAINING
     EVAL_TEMPERATURE PPO_ITERATIONS PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP PPO_EPOCHS
-    MINI_BATCHES STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ)
+    MINI_BATCHES SINGLE_GAE STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ)
 
 ENV_ID="babyai/$TASK"
 case "$OUTPUT_DIR" in
@@ -289,8 +291,10 @@ ppo() {
 evaluate sft "$RUN/sft/model"
 ppo ppo_dual 1.0 1.0
 evaluate ppo_dual "$RUN/ppo_dual/checkpoints"
-ppo ppo_single "$STEP_GAMMA" "$STEP_LAM"
-evaluate ppo_single "$RUN/ppo_single/checkpoints"
+if [ "$SINGLE_GAE" = 1 ]; then
+    ppo ppo_single "$STEP_GAMMA" "$STEP_LAM"
+    evaluate ppo_single "$RUN/ppo_single/checkpoints"
+fi
 
 # the results: always rewritten from what the run folder holds (cheap)
 RESULTS_CMD=("$PYTHON" bench/learning.py "$RUN" --out "$RESULTS")

@@ -37,7 +37,8 @@ class TurnRow:
         env_error: the env failure that cut the episode here, or None.
         seed: the env seed the episode was reset with (None: reset unseeded or restored from a saved state).
         observation: the current observation the prompt showed; ``response_text`` the decoded response (what the
-            env got); ``memory_turns`` the past turns the prompt held; ``success`` the env's success flag on an
+            env got); ``memory_turns`` the past turns the prompt held (fewer than the memory's when the prompt budget
+            dropped some); ``observation_truncated`` whether the budget shortened an observation; ``success`` the env's success flag on an
             episode's last turn (None on other turns); ``frame`` the observation's RGB image when the env renders
             one (tapes; never sent to verl).
         group_id: the episode's group in group rollouts (episodes started from one seed in one iteration), else "".
@@ -67,6 +68,7 @@ class TurnRow:
     observation: str = ""
     response_text: str = ""
     memory_turns: int | None = None
+    observation_truncated: bool = False
     success: bool | None = None
     frame: Any = field(default=None, repr=False)
     group_id: str = ""

@@ -227,6 +227,7 @@ class RolloutManager:
             observation=self.memories[slot].current_observation,
             response_text="" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True),
             memory_turns=prompt.turns_kept,
+            observation_truncated=prompt.truncated_observation,
             frame=self._images[slot],
             **extra,
         )
