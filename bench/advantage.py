@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -28,10 +27,6 @@ import torch
 
 from verlog.advantage import dual_discount_gae, masked_whiten
 from verlog.memory import SlidingMemory
-
-# Running ``python bench/advantage.py`` puts bench/ first on sys.path, where bench/envs.py would shadow the envs
-# package: drop it.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 _CLOCK = {"now": time.perf_counter}
 

@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-# The repository root first: bench/envs.py would otherwise shadow the envs package for a script run from bench/.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import envs
 from envs.babaisai import TASKS, generate, solve

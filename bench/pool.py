@@ -22,18 +22,13 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-# bench/envs.py would shadow the envs package when this script runs from bench/: drop the script's folder.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import numpy as np
+import psutil
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-
-import envs  # noqa: E402
-from envs.pool import EnvPool  # noqa: E402
+import envs
+from envs.pool import EnvPool
 
 TARGETS = {"crafter/default": 1.4, "babyai/goto": 0.5}
 

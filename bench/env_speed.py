@@ -1,6 +1,6 @@
 """Steps per second of each text env against its raw env, in one run (a benchmark, not a test).
 
-    python bench/envs.py [--steps N] [--no-write]
+    python bench/env_speed.py [--steps N] [--no-write]
 
 For every BabyAI task kind it steps the raw minigrid level (integer actions) and the BabyAI-Text env (the same random
 actions as strings, parsed in strict mode and described) from the same seeds; for Crafter, the raw ``crafter.Env``
@@ -16,15 +16,12 @@ import argparse
 import os
 import platform
 import re
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import crafter
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.babyai import TASK_KINDS, BabyAITextEnv, MixedLocalLevel
 from envs.babyai.describe import ACTIONS as BABYAI_ACTIONS
@@ -109,7 +106,7 @@ def render_section(rows: list[tuple[str, float, float, str]], n_babyai: int, n_c
     lines = [
         SECTION,
         "",
-        f"`python bench/envs.py` on {platform.machine()}, {os.cpu_count()} CPUs (load average "
+        f"`python bench/env_speed.py` on {platform.machine()}, {os.cpu_count()} CPUs (load average "
         f"{os.getloadavg()[0]:.1f} at the end of the run), Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}. Random actions; only step calls are timed, in CPU time of the process "
         f"({n_babyai} steps per BabyAI kind, "

@@ -1,4 +1,4 @@
-"""The learning recipe's results writer (verlog/learning.py, bench/learning.py) and recipes/cpu/learn_babyai.sh.
+"""The learning recipe's results writer (bench/learning.py, loaded by file path) and recipes/cpu/learn_babyai.sh.
 
 The writer runs on small synthetic run folders (evaluation records, PPO metrics, timings, settings) and its numbers
 are checked against a bootstrap written out here with numpy; the recipe is checked through bash -n and --dry-run
@@ -7,6 +7,7 @@ are checked against a bootstrap written out here with numpy; the recipe is check
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,21 +19,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verlog.learning import (
-    EVAL_DUAL,
-    EVAL_SFT,
-    EVAL_SINGLE,
-    PPO_DUAL,
-    PPO_SINGLE,
-    LearningResultsError,
-    collect,
-    read_curve,
-    render_markdown,
-    smooth,
-    write_results,
-)
-
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_writer():
+    """bench/learning.py as a module (bench/ is not a package: the recipe runs it as a script)."""
+    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+learning = _load_writer()
+EVAL_DUAL, EVAL_SFT, EVAL_SINGLE = learning.EVAL_DUAL, learning.EVAL_SFT, learning.EVAL_SINGLE
+PPO_DUAL, PPO_SINGLE = learning.PPO_DUAL, learning.PPO_SINGLE
+LearningResultsError = learning.LearningResultsError
+collect, read_curve, render_markdown = learning.collect, learning.read_curve, learning.render_markdown
+smooth, write_results = learning.smooth, learning.write_results
 RECIPE = REPO / "recipes" / "cpu" / "learn_babyai.sh"
 B = 400  # bootstrap resamples in these tests
 EVAL_SEEDS = list(range(1000, 1040))
