@@ -1,16 +1,23 @@
-"""Running evaluation episodes: a fresh env and a fresh memory per episode, turns batched across episodes.
+"""Running evaluation episodes: one episode per seed, through the env pool and the training rollout's stepper.
 
-Up to ``concurrency`` episodes (of any tasks) are open at once. Each round builds the prompt of every open episode
-with :class:`verlog.memory.SlidingMemory` (the layout training uses), sends them to the generator in one batch, steps
-each env with its response, and replaces finished episodes with the next ones in the queue, so one vLLM engine serves
-every task of an evaluation. A generation that fails counts as an empty (invalid) answer: the env runs its default
-action and the episode's ``generation_failures`` records it.
+Up to ``concurrency`` episodes (of any tasks) are open at once, each in a slot of an ``envs.pool.EnvPool``, so an env
+that raises, or a worker process that dies or hangs, ends that episode as truncated (``env_stats["env_error"]``)
+instead of stopping the evaluation. Each round the :class:`verlog.rollout.stepper.EpisodeStepper` (the loop training
+uses) builds every open episode's prompt with :class:`verlog.memory.SlidingMemory`, sends them to the generator in one
+batch, steps the envs with the responses and updates the memories, so one vLLM engine serves every task and the
+prompts are token for token training's. A failed generation is retried (``generation_retries``), then answered with a
+bare end-of-turn token, as in training: empty text, an invalid answer (the env runs its default action), counted in
+the episode's ``generation_failures``.
+
+Episodes run in *waves* of ``concurrency`` (default: all in one wave): the pool auto-resets a finished slot with a seed
+of its own stream, so a slot whose episode ended idles until the wave's last episode ends, and the next wave resets
+every slot to its episode's seed.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,7 +25,8 @@ from typing import Any
 from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
 from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
 from verlog.memory import PromptTemplate, SlidingMemory
-from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
+from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, Policy, Stepped
 from verlog.tapes import action_token_start, encode_frame, token_split
 
 # Keys of an env's final info worth keeping in the episode record (BALROG's env stats: BabyAI mission, Crafter
@@ -80,21 +88,10 @@ class EpisodeRecord(EpisodeNaming):
 @dataclass
 class _OpenEpisode:
     spec: EpisodeSpec
-    env: Any
-    memory: SlidingMemory
     record: EpisodeRecord
     actions: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.perf_counter)
-    image: Any = None  # the current observation's image, when the env renders one (tape frames)
-
-
-def _make_env(spec: EpisodeSpec, env_kwargs: dict[str, Any], max_steps: int | None) -> Any:
-    import envs
-
-    kwargs = dict(env_kwargs)
-    if max_steps is not None:
-        kwargs["max_steps"] = max_steps
-    return envs.make(spec.env_id, **kwargs)
+    parse_mode: str | None = None  # the env's parse mode (read once, for the turn log's parsed action)
 
 
 def run_episodes(
@@ -112,6 +109,10 @@ def run_episodes(
     on_episode: Callable[[EpisodeRecord], None] | None = None,
     answer_format: str = "cot",
     keep_reasoning_turns: int = 1,
+    generation_retries: int = 1,
+    in_process: bool = True,
+    num_workers: int | None = None,
+    step_timeout: float | None = 60.0,
 ) -> list[EpisodeRecord]:
     """Play every episode of ``specs`` to its end; records come back in the order of ``specs``.
 
@@ -123,111 +124,178 @@ def run_episodes(
         memory_n: past turns in each prompt (Verlog: 1).
         max_prompt_tokens: prompt budget; the memory drops old turns to fit (None: no limit).
         concurrency: most episodes open at once (None: all of them).
-        env_kwargs: keyword arguments for ``envs.make``.
+        env_kwargs: keyword arguments for every env (``envs.make``'s).
         max_steps: step limit override (None: the env's own).
         turn_log: where to write one :class:`verlog.logs.TurnLog` per turn, or None.
         on_episode: called with each finished episode's record (progress output, saving as you go).
         answer_format: the prompt's format instruction, ``cot`` or ``action`` (training's ``memory.answer_format``).
         keep_reasoning_turns: training's ``memory.keep_reasoning_turns``.
+        generation_retries: retries of a failed generation before it becomes an invalid answer (training's
+            ``rollout.generation_retries``).
+        in_process: step the envs in this process (env exceptions still end only their episode) or, False, in
+            ``num_workers`` subprocess workers (a dead or hung worker is replaced too; ``step_timeout`` seconds).
     """
+    policy = GeneratorPolicy(generator, tokenizer, sampling, retries=generation_retries)
+    return play_episodes(
+        specs,
+        policy,
+        tokenizer,
+        memory_factory=lambda: SlidingMemory(
+            n=memory_n,
+            keep_reasoning_turns=keep_reasoning_turns,
+            template=PromptTemplate.for_answer_format(answer_format),
+        ),
+        max_prompt_tokens=max_prompt_tokens,
+        concurrency=concurrency,
+        env_kwargs=env_kwargs,
+        max_steps=max_steps,
+        turn_log=turn_log,
+        on_episode=on_episode,
+        in_process=in_process,
+        num_workers=num_workers,
+        step_timeout=step_timeout,
+    )
+
+
+def play_episodes(
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    tokenizer: Any,
+    *,
+    memory_factory: Callable[[], SlidingMemory],
+    max_prompt_tokens: int | None = 1024,
+    concurrency: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    max_steps: int | None = None,
+    turn_log: TurnLogWriter | None = None,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
+    in_process: bool = True,
+    num_workers: int | None = None,
+    step_timeout: float | None = 60.0,
+) -> list[EpisodeRecord]:
+    """:func:`run_episodes` with any :class:`~verlog.rollout.stepper.Policy` (and a memory factory)."""
+    from envs.pool import EnvPool
+
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None (all episodes at once), got {concurrency}")
-    queue = deque(specs)
-    limit = concurrency or max(len(queue), 1)
+    specs = list(specs)
+    limit = concurrency or max(len(specs), 1)
     kwargs = dict(env_kwargs or {})
-    template = PromptTemplate.for_answer_format(answer_format)
+    if max_steps is not None:
+        kwargs["max_steps"] = max_steps
     done: dict[EpisodeSpec, EpisodeRecord] = {}
-    open_eps: list[_OpenEpisode] = []
-
-    def open_next() -> None:
-        while queue and len(open_eps) < limit:
-            spec = queue.popleft()
-            env = _make_env(spec, kwargs, max_steps)
-            obs, _info = env.reset(seed=spec.seed)
-            memory = SlidingMemory(n=memory_n, keep_reasoning_turns=keep_reasoning_turns, template=template)
-            memory.reset(env.instruction)
-            memory.observe(obs.long_term, obs.short_term)
-            record = EpisodeRecord(spec.env_id, spec.episode_index, spec.seed)
-            open_eps.append(_OpenEpisode(spec, env, memory, record, image=getattr(obs, "image", None)))
-
-    open_next()
-    while open_eps:
-        prompts = []
-        for ep in open_eps:
-            ep.memory.set_instruction(ep.env.instruction)  # Crafter's instruction changes during an episode
-            prompts.append(ep.memory.build_prompt(tokenizer, max_prompt_tokens))
-        requests = [GenerationRequest(ep.spec.episode_id, p.token_ids) for ep, p in zip(open_eps, prompts)]
-        start = time.perf_counter()
-        results = generator.generate(requests, sampling)
-        generate_s = time.perf_counter() - start
-        if len(results) != len(requests):
-            raise RuntimeError(f"the generator returned {len(results)} results for {len(requests)} requests")
-        still_open: list[_OpenEpisode] = []
-        for ep, prompt, result in zip(open_eps, prompts, results):
-            failed = not isinstance(result, Generation)
-            generation = Generation(token_ids=[]) if failed else result
-            text = "" if failed else tokenizer.decode(generation.token_ids, skip_special_tokens=True)
-            start = time.perf_counter()
-            obs, reward, terminated, truncated, info = ep.env.step(text)
-            env_s = time.perf_counter() - start
-            rec = ep.record
-            rec.num_steps += 1
-            rec.episode_return += float(reward)
-            rec.valid_actions += int(bool(info.get("action_valid")))
-            rec.generation_failures += int(failed)
-            rec.input_tokens += prompt.num_tokens
-            rec.output_tokens += len(generation.token_ids)
-            action = str(info.get("action") or "")
-            ep.actions[action] += 1
-            rec.progression = float(info.get("progression", rec.progression))
-            if turn_log is not None and turn_log.wants(ep.spec.episode_id):
-                ended = bool(terminated or truncated)
-                turn_log.write(
-                    TurnLog(
-                        episode_id=ep.spec.episode_id,
-                        turn=rec.num_steps - 1,
-                        env_id=ep.spec.env_id,
-                        seed=ep.spec.seed,
-                        prompt_messages=prompt.messages,
-                        response=text,
-                        parsed_action=ep.env.parsed_output(text),
-                        action=action,
-                        action_valid=bool(info.get("action_valid")),
-                        reward=float(reward),
-                        terminated=bool(terminated),
-                        truncated=bool(truncated),
-                        progression=rec.progression,
-                        logprobs=LogProbStats.of(generation.log_probs),
-                        prompt_tokens=prompt.num_tokens,
-                        response_tokens=len(generation.token_ids),
-                        timings={"generate_s": generate_s, "env_s": env_s},
-                        extra={"generation_error": repr(result)} if failed else {},
-                        observation=ep.memory.current_observation,
-                        success=bool(info.get("success", False)) if ended else None,
-                        token_split=token_split(
-                            action_token_start(tokenizer, generation.token_ids, text),
-                            len(generation.token_ids),
-                            logprobs=generation.log_probs,
-                        ),
-                        memory_turns=prompt.turns_kept,
-                        frame=encode_frame(ep.image),
-                    )
+    pool: Any = None
+    try:
+        for first in range(0, len(specs), limit):
+            wave = specs[first : first + limit]
+            ids = [s.env_id for s in wave]
+            if pool is None or pool.env_ids[: len(wave)] != ids:  # the slots hold other tasks: a new pool
+                if pool is not None:
+                    pool.close()
+                workers = None if in_process or num_workers is None else min(num_workers, len(ids))
+                pool = EnvPool(
+                    ids,
+                    env_kwargs=kwargs,
+                    in_process=in_process,
+                    num_workers=workers,
+                    step_timeout=None if in_process else step_timeout,
+                    keep_images=turn_log is not None,
                 )
-            ep.memory.record(text, action)
-            if terminated or truncated:
-                rec.terminated, rec.truncated = bool(terminated), bool(truncated)
-                rec.success = bool(info.get("success", False))
+                memories = [memory_factory() for _ in ids]
+                stepper = EpisodeStepper(
+                    pool, tokenizer, memories, max_prompt_tokens=max_prompt_tokens, bootstrap_prompts=False
+                )
+            _play_wave(wave, pool, stepper, policy, tokenizer, turn_log, done, on_episode)
+    finally:
+        if pool is not None:
+            pool.close()
+    return [done[spec] for spec in specs]
+
+
+def _play_wave(
+    wave: list[EpisodeSpec],
+    pool: Any,
+    stepper: EpisodeStepper,
+    policy: Policy,
+    tokenizer: Any,
+    turn_log: TurnLogWriter | None,
+    done: dict[EpisodeSpec, EpisodeRecord],
+    on_episode: Callable[[EpisodeRecord], None] | None,
+) -> None:
+    """Reset the wave's slots to their episodes' seeds (spare slots draw their own and idle), play them to the end."""
+    seeds: list[int | None] = [s.seed for s in wave] + [None] * (pool.num_envs - len(wave))
+    results = pool.reset(seeds=seeds)
+    open_eps: dict[int, _OpenEpisode] = {}
+    for slot, spec in enumerate(wave):
+        stepper.begin(slot, results[slot][0], spec.episode_id)
+        open_eps[slot] = _OpenEpisode(spec, EpisodeRecord(spec.env_id, spec.episode_index, spec.seed))
+    for slot in range(len(wave), pool.num_envs):
+        stepper.open[slot] = False
+    while open_eps:
+        for turn in stepper.step(policy, sorted(open_eps), continue_episodes=False):
+            ep = open_eps[turn.row.slot]
+            _count(ep, turn)
+            if turn_log is not None and turn_log.wants(ep.spec.episode_id):
+                if ep.parse_mode is None:
+                    ep.parse_mode = str(pool.get_attr(turn.row.slot, "parse_mode"))
+                turn_log.write(_turn_log(ep, turn, tokenizer))
+            if turn.episode is not None:
+                rec = ep.record
+                rec.terminated, rec.truncated = turn.row.terminated, turn.row.truncated
+                rec.success = bool(turn.row.success)
                 rec.action_frequency = dict(ep.actions)
-                rec.env_stats = {k: info[k] for k in ENV_STAT_KEYS if k in info}
+                rec.env_stats = {k: turn.info[k] for k in ENV_STAT_KEYS if k in turn.info}
+                if turn.row.env_error is not None:
+                    rec.env_stats["env_error"] = turn.row.env_error
                 rec.wall_time_s = time.perf_counter() - ep.started
-                ep.env.close()
                 done[ep.spec] = rec
+                del open_eps[turn.row.slot]
                 if on_episode is not None:
                     on_episode(rec)
-            else:
-                ep.memory.observe(obs.long_term, obs.short_term)
-                ep.image = getattr(obs, "image", None)
-                still_open.append(ep)
-        open_eps[:] = still_open
-        open_next()
-    return [done[spec] for spec in specs]
+
+
+def _count(ep: _OpenEpisode, turn: Stepped) -> None:
+    rec, row = ep.record, turn.row
+    rec.num_steps += 1
+    rec.episode_return += row.reward
+    rec.valid_actions += int(row.action_valid)
+    rec.generation_failures += int(turn.answer.failed)
+    rec.input_tokens += turn.prompt.num_tokens
+    rec.output_tokens += len(turn.answer.token_ids)
+    ep.actions[row.action] += 1
+    rec.progression = float(turn.info.get("progression", rec.progression))
+
+
+def _turn_log(ep: _OpenEpisode, turn: Stepped, tokenizer: Any) -> TurnLog:
+    from envs.actions import extract
+
+    row, answer, prompt = turn.row, turn.answer, turn.prompt
+    return TurnLog(
+        episode_id=ep.spec.episode_id,
+        turn=row.turn_index,
+        env_id=ep.spec.env_id,
+        seed=ep.spec.seed,
+        prompt_messages=prompt.messages,
+        response=answer.text,
+        parsed_action=extract(answer.text, ep.parse_mode),  # type: ignore[arg-type]
+        action=row.action,
+        action_valid=row.action_valid,
+        reward=row.reward,
+        terminated=row.terminated,
+        truncated=row.truncated,
+        progression=ep.record.progression,
+        logprobs=LogProbStats.of(answer.log_probs),
+        prompt_tokens=prompt.num_tokens,
+        response_tokens=len(answer.token_ids),
+        timings={"generate_s": turn.generate_s, "env_s": turn.env_s},
+        extra={"generation_error": answer.error} if answer.failed else {},
+        observation=row.observation,
+        success=row.success if turn.episode is not None else None,
+        token_split=token_split(
+            action_token_start(tokenizer, answer.token_ids, answer.text),
+            len(answer.token_ids),
+            logprobs=answer.log_probs,
+        ),
+        memory_turns=prompt.turns_kept,
+        frame=encode_frame(row.frame),
+    )

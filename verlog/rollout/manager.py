@@ -25,15 +25,14 @@ limit lies beyond ``turns_per_slot``, so with the envs' time limits that never h
 from __future__ import annotations
 
 import importlib
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.memory import BuiltPrompt, SlidingMemory
-from verlog.rollout.batch import EpisodeStats, TurnBatch, TurnRow
-from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
+from verlog.memory import SlidingMemory
+from verlog.rollout.batch import TurnBatch, TurnRow
+from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, SlotEpisode, Stepped
 
 STATE_FORMAT = "verlog.rollout/1"
 GROUP_SEED_END = 2**31 - 1
@@ -101,24 +100,6 @@ def make_env_pool(
     )
 
 
-@dataclass
-class _SlotEpisode:
-    """Book-keeping of the episode running in one slot."""
-
-    episode_id: str = ""
-    count: int = 0
-    turn: int = 0
-    ret: float = 0.0
-    valid: int = 0
-    prompt_tokens: int = 0
-    response_tokens: int = 0
-    last_progression: float = 0.0
-    seed: int | None = None
-
-    def state(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 class RolloutManager:
     """Owns the env slots and their memories; turns them into :class:`TurnBatch` rows.
 
@@ -172,172 +153,66 @@ class RolloutManager:
         self._group_iteration = 0  # group rollouts done (the next one's seeds are group_seed(seed + g, this))
         self._step_limit_checked = False
         factory = memory_factory or SlidingMemory
-        self.memories = [factory() for _ in range(self.num_slots)]
-        self._episodes = [_SlotEpisode() for _ in range(self.num_slots)]
-        self._images: list[Any] = [None] * self.num_slots  # each slot's current observation image (tape frames)
+        self.stepper = EpisodeStepper(
+            pool,
+            tokenizer,
+            [factory() for _ in range(self.num_slots)],
+            max_prompt_tokens=max_prompt_tokens,
+            run_id=run_id,
+            bootstrap_prompts=group_size is None,  # group estimators have no critic: nothing bootstraps
+        )
+        self.policy = GeneratorPolicy(generator, tokenizer, sampling, retries=generation_retries)
         self._started = False
+        self._t_generate = self._t_env = 0.0  # seconds of generation and env steps in the running collect
         self.last_timing: dict[str, float] = {}
 
-    # ------------------------------------------------------------------------------------------ episodes
-    def _begin_episode(self, slot: int, obs: Any) -> None:
-        ep = self._episodes[slot]
-        ep.count += 1
-        ep.episode_id = f"{self.run_id}-s{slot}-e{ep.count}"
-        ep.turn = ep.valid = ep.prompt_tokens = ep.response_tokens = 0
-        ep.ret = ep.last_progression = 0.0
-        ep.seed = self.pool.episode_seed(slot)
-        memory = self.memories[slot]
-        memory.reset(self.pool.instruction(slot))
-        memory.observe(obs.long_term, obs.short_term)
-        self._images[slot] = getattr(obs, "image", None)
+    @property
+    def memories(self) -> list[SlidingMemory]:
+        """Each slot's memory."""
+        return self.stepper.memories
 
+    # ------------------------------------------------------------------------------------------ episodes
     def start(self) -> None:
         """Reset every slot (slot i with seed ``seed + i``) and open its first episode."""
-        for slot, (obs, _info) in enumerate(self.pool.reset(seeds=self.seed)):
-            self._begin_episode(slot, obs)
+        self.stepper.reset(self.seed)
         self._started = True
 
     def current_episodes(self) -> list[tuple[str, int]]:
         """``(episode id, turn index)`` of every slot's running episode."""
-        return [(ep.episode_id, ep.turn) for ep in self._episodes]
+        return [(ep.episode_id, ep.turn) for ep in self.stepper.episodes]
 
     # ------------------------------------------------------------------------------------------ rollout
-    def _prompt(self, slot: int) -> BuiltPrompt:
-        return self.memories[slot].build_prompt(self.tokenizer, self.max_prompt_tokens)
-
-    def _prompt_ids(self, slot: int) -> list[int]:
-        return list(self._prompt(slot).token_ids)
-
-    def _turn_row(self, slot: int, prompt: BuiltPrompt, gen: Generation | None, **extra: Any) -> TurnRow:
-        """The row of ``slot``'s current turn before the env steps: prompt, response (a failed generation, None,
-        becomes a bare EOS with empty text), episode book-keeping and what tapes show; ``extra``: more fields."""
-        failed = gen is None
-        if gen is None:
-            gen = Generation(token_ids=[self.tokenizer.eos_token_id], log_probs=None)
-        ep = self._episodes[slot]
-        return TurnRow(
-            slot=slot,
-            episode_id=ep.episode_id,
-            turn_index=ep.turn,
-            prompt_ids=list(prompt.token_ids),
-            response_ids=list(gen.token_ids),
-            response_logprobs=gen.log_probs,
-            generation_failed=failed,
-            seed=ep.seed,
-            observation=self.memories[slot].current_observation,
-            response_text="" if failed else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True),
-            memory_turns=prompt.turns_kept,
-            observation_truncated=prompt.truncated_observation,
-            frame=self._images[slot],
-            **extra,
-        )
-
-    def _generate(self, requests: list[GenerationRequest], batch: TurnBatch) -> list[Generation | None]:
-        """Generate with retries; None marks a request that failed every attempt."""
-        results: list[Generation | None] = [None] * len(requests)
-        todo = list(range(len(requests)))
-        for attempt in range(self.generation_retries + 1):
-            if not todo:
-                break
-            if attempt:
-                batch.generation_retries += len(todo)
-            outs = self.generator.generate([requests[i] for i in todo], self.sampling)
-            if len(outs) != len(todo):
-                raise VerlogError(f"the generator returned {len(outs)} results for {len(todo)} requests")
-            failed = []
-            for i, out in zip(todo, outs):
-                if isinstance(out, Generation) and out.token_ids:
-                    results[i] = out
-                else:
-                    failed.append(i)
-            todo = failed
-        return results
+    def _step(self, batch: TurnBatch, slots: list[int] | None = None) -> list[Stepped]:
+        """One turn of ``slots`` through the stepper; adds the finished episodes, retries and timings to ``batch``."""
+        retries = self.policy.retries_used
+        turns = self.stepper.step(self.policy, slots, continue_episodes=self.group_size is None)
+        batch.generation_retries += self.policy.retries_used - retries
+        batch.episodes.extend(t.episode for t in turns if t.episode is not None)
+        if turns:
+            self._t_generate += turns[0].generate_s
+            self._t_env += turns[0].env_s
+        return turns
 
     def collect(self, turns_per_slot: int) -> TurnBatch:
         """Advance every slot ``turns_per_slot`` turns; returns ``num_slots * turns_per_slot`` rows (slot-major
         within each turn: row ``t * num_slots + slot``)."""
         if turns_per_slot < 1:
             raise ValueError(f"turns_per_slot must be >= 1, got {turns_per_slot}")
+        self._t_generate = self._t_env = 0.0
         if self.group_size is not None:
             return self._collect_groups(turns_per_slot)
         if not self._started:
             self.start()
         batch = TurnBatch()
-        t_gen = t_env = 0.0
         for _ in range(turns_per_slot):
-            built = [self._prompt(s) for s in range(self.num_slots)]
-            prompts = [list(b.token_ids) for b in built]
-            requests = [GenerationRequest(self._episodes[s].episode_id, prompts[s]) for s in range(self.num_slots)]
-            start = time.perf_counter()
-            generations = self._generate(requests, batch)
-            t_gen += time.perf_counter() - start
-            rows: list[TurnRow] = []
-            texts: list[str] = []
-            for s, gen in enumerate(generations):
-                row = self._turn_row(s, built[s], gen)
-                rows.append(row)
-                texts.append(row.response_text)
-            start = time.perf_counter()
-            results = self.pool.step(texts)
-            t_env += time.perf_counter() - start
-            for s, (row, text, result) in enumerate(zip(rows, texts, results)):
-                self._apply_step(s, row, text, result, batch)
-                batch.rows.append(row)
+            batch.rows.extend(t.row for t in self._step(batch))
         batch.link_rows()
         for s in range(self.num_slots):  # the slot's last row: bootstrap from the prompt its episode continues with
             last = batch.rows[len(batch.rows) - self.num_slots + s]
             if not (last.terminated or last.truncated):
-                last.bootstrap_prompt_ids = self._prompt_ids(s)
-        self.last_timing = {"timing_s/rollout_generate": t_gen, "timing_s/rollout_env": t_env}
+                last.bootstrap_prompt_ids = self.stepper.bootstrap_prompt(s)
+        self.last_timing = {"timing_s/rollout_generate": self._t_generate, "timing_s/rollout_env": self._t_env}
         return batch
-
-    def _apply_step(self, slot: int, row: TurnRow, text: str, result: Sequence[Any], batch: TurnBatch) -> None:
-        obs, reward, terminated, truncated, info = result
-        ep = self._episodes[slot]
-        final_info = info.get("final_info", info) if (terminated or truncated) else info
-        row.reward = float(reward)
-        row.terminated = bool(terminated)
-        row.truncated = bool(truncated) and not row.terminated
-        row.action = str(final_info.get("action") or "")
-        row.action_valid = bool(final_info.get("action_valid", False))
-        row.env_error = info.get("env_error")
-        ep.turn += 1
-        ep.ret += row.reward
-        ep.valid += int(row.action_valid)
-        ep.prompt_tokens += len(row.prompt_ids)
-        ep.response_tokens += len(row.response_ids)
-        ep.last_progression = float(final_info.get("progression", ep.last_progression))
-        memory = self.memories[slot]
-        memory.record(text, row.action)
-        if not (terminated or truncated):
-            memory.observe(obs.long_term, obs.short_term)
-            self._images[slot] = getattr(obs, "image", None)
-            return
-        row.success = bool(final_info.get("success", False))
-        if row.truncated:  # bootstrap V(s_{t+1}) from the state the episode was cut in
-            final_obs = info.get("final_observation")
-            if final_obs is not None:
-                memory.observe(final_obs.long_term, final_obs.short_term)
-                row.bootstrap_prompt_ids = self._prompt_ids(slot)
-            else:
-                row.bootstrap_prompt_ids = list(row.prompt_ids)
-        batch.episodes.append(
-            EpisodeStats(
-                episode_id=ep.episode_id,
-                slot=slot,
-                ret=ep.ret,
-                length=ep.turn,
-                success=bool(final_info.get("success", False)),
-                progression=ep.last_progression,
-                valid_action_ratio=ep.valid / max(ep.turn, 1),
-                prompt_tokens=ep.prompt_tokens / max(ep.turn, 1),
-                response_tokens=ep.response_tokens / max(ep.turn, 1),
-                truncated=row.truncated,
-                env_error=row.env_error is not None,
-                seed=ep.seed,
-            )
-        )
-        self._begin_episode(slot, obs)
 
     # ------------------------------------------------------------------------------------------ group rollouts
     def group_seeds(self, iteration: int) -> list[int]:
@@ -366,10 +241,7 @@ class RolloutManager:
         after a slot's episode ended)."""
         n, k, it = self.num_slots, int(self.group_size or 1), self._group_iteration
         group_ids = [f"{self.run_id}-i{it}-g{s // k}" for s in range(n)]
-        anchors: list[str] = []
-        for slot, (obs, _info) in enumerate(self.pool.reset(seeds=self.group_seeds(it))):
-            self._begin_episode(slot, obs)
-            anchors.append(str(obs.text))
+        anchors = [str(obs.text) for obs in self.stepper.reset(self.group_seeds(it))]
         self._started = True
         if not self._step_limit_checked:  # after the reset: some envs set their limit there
             self.check_step_limit(turns_per_slot)
@@ -377,42 +249,26 @@ class RolloutManager:
         batch = TurnBatch(group_size=k)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-        active = [True] * n
-        episode_of = [self._episodes[s].episode_id for s in range(n)]
-        t_gen = t_env = 0.0
+        episode_of = [ep.episode_id for ep in self.stepper.episodes]
         for t in range(turns_per_slot):
-            live = [s for s in range(n) if active[s]]
+            live = [s for s in range(n) if self.stepper.open[s]]  # an ended episode waits for the next reset
             rows: dict[int, TurnRow] = {}
             if live:
-                built = {s: self._prompt(s) for s in live}
-                requests = [GenerationRequest(episode_of[s], list(built[s].token_ids)) for s in live]
-                start = time.perf_counter()
-                generations = self._generate(requests, batch)
-                t_gen += time.perf_counter() - start
-                texts = [""] * n  # idle slots step a throw-away episode (the pool steps every slot); ignored
-                for s, gen in zip(live, generations):
-                    rows[s] = self._turn_row(s, built[s], gen, group_id=group_ids[s], anchor=anchors[s])
-                    texts[s] = rows[s].response_text
-                start = time.perf_counter()
-                results = self.pool.step(texts)
-                t_env += time.perf_counter() - start
-                for s in live:
-                    row = rows[s]
-                    self._apply_step(s, row, texts[s], results[s], batch)
-                    row.bootstrap_prompt_ids = None  # no critic: nothing bootstraps
-                    if row.terminated or row.truncated:
-                        active[s] = False  # the slot waits for the next iteration's reset
-                    else:
-                        anchors[s] = str(results[s][0].text)
+                for turn in self._step(batch, live):
+                    s = turn.row.slot
+                    rows[s] = turn.row
+                    turn.row.group_id, turn.row.anchor = group_ids[s], anchors[s]
+                    if turn.next_observation is not None:
+                        anchors[s] = str(turn.next_observation.text)
             for s in range(n):
                 batch.rows.append(rows.get(s) or self._idle_row(s, t, episode_of[s], group_ids[s], pad, eos))
-        unfinished = {episode_of[s] for s in range(n) if active[s]}
+        unfinished = {episode_of[s] for s in range(n) if self.stepper.open[s]}
         for row in batch.rows:
             if row.episode_id in unfinished:
                 row.trained = False
         batch.link_rows()
         self._group_iteration += 1
-        self.last_timing = {"timing_s/rollout_generate": t_gen, "timing_s/rollout_env": t_env}
+        self.last_timing = {"timing_s/rollout_generate": self._t_generate, "timing_s/rollout_env": self._t_env}
         return batch
 
     def _idle_row(self, slot: int, turn: int, episode_id: str, group_id: str, pad: int, eos: int) -> TurnRow:
@@ -439,7 +295,7 @@ class RolloutManager:
             "started": self._started,
             "env_states": self.pool.slot_states() if self._started else None,
             "memories": [m.state_dict() for m in self.memories],
-            "episodes": [ep.state() for ep in self._episodes],
+            "episodes": [ep.state() for ep in self.stepper.episodes],
             "group_iteration": self._group_iteration,
         }
 
@@ -464,6 +320,7 @@ class RolloutManager:
             self.pool.restore_slots(state["env_states"])
         for memory, mstate in zip(self.memories, state["memories"]):
             memory.load_state_dict(mstate)
-        self._episodes = [_SlotEpisode(**ep) for ep in state["episodes"]]
+        self.stepper.episodes = [SlotEpisode(**ep) for ep in state["episodes"]]
+        self.stepper.open = [bool(state["started"]) and self.group_size is None] * self.num_slots
         self._group_iteration = int(state.get("group_iteration", 0))
         self._started = bool(state["started"])
