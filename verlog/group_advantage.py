@@ -417,7 +417,7 @@ def group_advantages(
             metrics["adv/anchor_groups"] = float(out.anchor_groups)
             metrics["adv/anchor_shared_ratio"] = out.rows_in_shared_anchor_groups / len(keep)
         row_adv[keep] = adv
-        metrics["adv/raw_mean"] = float(adv.mean())
-        metrics["adv/raw_std"] = float(adv.std()) if len(keep) > 1 else 0.0
+        metrics["adv/mean"] = float(adv.mean())
+        metrics["adv/std"] = float(adv.std()) if len(keep) > 1 else 0.0
     advantages = (row_adv.to(torch.float64)[:, None] * mask).to(torch.float32)
     return GroupAdvantageResult(advantages=advantages, row_advantages=row_adv, metrics=metrics)

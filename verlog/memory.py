@@ -421,8 +421,22 @@ def _encoder_for(tokenizer: ChatTokenizer) -> _PieceEncoder:
         return encoder
 
 
-def prompt_metrics(prompts: Sequence[BuiltPrompt]) -> dict[str, float]:
-    """Prompt-size diagnostics over a batch's prompts (docs/algorithms.md, "Metrics")."""
+class PromptSize(Protocol):
+    """What :func:`prompt_metrics` reads of a prompt: a :class:`BuiltPrompt`, or a turn record's copy of it."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def turns_kept(self) -> int: ...
+
+    @property
+    def truncated_observation(self) -> bool: ...
+
+
+def prompt_metrics(prompts: Sequence[PromptSize]) -> dict[str, float]:
+    """Prompt-size diagnostics over a batch's prompts (docs/metrics.md): size, past turns the budget kept, share
+    of prompts whose oldest kept observation the budget shortened."""
     if not prompts:
         return {}
     sizes = [p.num_tokens for p in prompts]

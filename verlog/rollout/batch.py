@@ -11,10 +11,13 @@ Plain lists and tensors only: the trainer turns :meth:`TurnBatch.to_tensors` int
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from verlog.memory import prompt_metrics
 
 
 @dataclass
@@ -38,9 +41,9 @@ class TurnRow:
         seed: the env seed the episode was reset with (None: reset unseeded or restored from a saved state).
         observation: the current observation the prompt showed; ``response_text`` the decoded response (what the
             env got); ``memory_turns`` the past turns the prompt held (fewer than the memory's when the prompt budget
-            dropped some); ``observation_truncated`` whether the budget shortened an observation; ``success`` the env's success flag on an
-            episode's last turn (None on other turns); ``frame`` the observation's RGB image when the env renders
-            one (tapes; never sent to verl).
+            dropped some); ``observation_truncated`` whether the budget shortened an observation; ``success`` the
+            env's success flag on an episode's last turn (None on other turns); ``frame`` the observation's RGB
+            image when the env renders one (tapes; never sent to verl).
         group_id: the episode's group in group rollouts (episodes started from one seed in one iteration), else "".
         anchor: the observation text the turn started from, in group rollouts (GiGPO's anchor state), else "".
         trained: the row enters the loss; False for idle rows and for the turns of an episode that did not end
@@ -75,6 +78,34 @@ class TurnRow:
     anchor: str = ""
     trained: bool = True
     idle: bool = False
+
+    @property
+    def prompt_size(self) -> PromptRecord:
+        """The prompt's size and what the budget did to it (:func:`verlog.memory.prompt_metrics` reads it)."""
+        return PromptRecord(len(self.prompt_ids), self.memory_turns or 0, self.observation_truncated)
+
+
+class PromptRecord(NamedTuple):
+    """A row's prompt size: tokens, past turns kept, whether an observation was shortened."""
+
+    num_tokens: int
+    turns_kept: int
+    truncated_observation: bool
+
+
+def link_turns(episode_ids: Sequence[str], turn_indices: Sequence[int], ended: Sequence[bool]) -> list[int]:
+    """The one definition of row links: for each row, the index of the same episode's next turn among these rows,
+    or -1 when the episode ended at this row or its next turn is not among them. Any row order (verl's balancing
+    reorders rows; the trainer links them again in that order).
+
+    Args:
+        episode_ids, turn_indices: ``[B]`` each row's episode and turn index.
+        ended: ``[B]`` the episode terminated or was truncated at this row.
+    """
+    position = {(str(e), int(t)): i for i, (e, t) in enumerate(zip(episode_ids, turn_indices))}
+    return [
+        -1 if done else position.get((str(e), int(t) + 1), -1) for e, t, done in zip(episode_ids, turn_indices, ended)
+    ]
 
 
 @dataclass
@@ -111,10 +142,13 @@ class TurnBatch:
         return len(self.rows)
 
     def link_rows(self) -> None:
-        """Set ``next_row`` from (episode id, turn index) (rows of an episode's later turns in the batch)."""
-        index = {(r.episode_id, r.turn_index): i for i, r in enumerate(self.rows)}
-        for row in self.rows:
-            nxt = -1 if (row.terminated or row.truncated) else index.get((row.episode_id, row.turn_index + 1), -1)
+        """Set every row's ``next_row`` (:func:`link_turns`)."""
+        links = link_turns(
+            [r.episode_id for r in self.rows],
+            [r.turn_index for r in self.rows],
+            [r.terminated or r.truncated for r in self.rows],
+        )
+        for row, nxt in zip(self.rows, links):
             row.next_row = nxt
 
     def bootstrap_rows(self) -> list[int]:
@@ -182,10 +216,8 @@ class TurnBatch:
             out["rollout/turns"] = float(len(rows))
             out["rollout/valid_action_ratio"] = sum(r.action_valid for r in rows) / len(rows)
             out["rollout/turn_reward_mean"] = sum(r.reward for r in rows) / len(rows)
-            plens = [len(r.prompt_ids) for r in rows]
+            out.update(prompt_metrics([r.prompt_size for r in rows]))
             rlens = [len(r.response_ids) for r in rows]
-            out["rollout/prompt_tokens_mean"] = sum(plens) / len(plens)
-            out["rollout/prompt_tokens_max"] = float(max(plens))
             out["rollout/response_tokens_mean"] = sum(rlens) / len(rlens)
             out["rollout/response_tokens_max"] = float(max(rlens))
             out["rollout/env_errors"] = float(sum(r.env_error is not None for r in rows))

@@ -31,7 +31,6 @@ class VerlogAgentLoopManager(AgentLoopManager):
         self.turns_per_slot = 0
         self.last_batch: TurnBatch | None = None
         self.last_metrics: dict[str, float] = {}
-        self.bootstrap: dict[tuple[str, int], list[int]] = {}
         self.iteration_log: list[dict[str, Any]] = []
 
     def attach(self, rollout: RolloutManager, turns_per_slot: int) -> None:
@@ -67,13 +66,11 @@ class VerlogAgentLoopManager(AgentLoopManager):
         return self.to_dataproto(batch, elapsed)
 
     def to_dataproto(self, batch: TurnBatch, elapsed: float = 0.0) -> DataProto:
-        """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row fields.
-
-        Also remembers the rows' bootstrap prompts (``self.bootstrap``) for the trainer's value step.
+        """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row columns
+        (``non_tensor_batch``, ``[B]`` each; they follow the rows through verl's reordering): episode_id,
+        turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
+        list, or None: what the trainer's value step reads) and, for group rollouts, group_id, anchor, trained.
         """
-        self.bootstrap = {
-            (r.episode_id, r.turn_index): r.bootstrap_prompt_ids for r in batch.rows if r.bootstrap_prompt_ids
-        }
         rcfg = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
         t = batch.to_tensors(pad, int(rcfg.prompt_length), int(rcfg.response_length))
@@ -88,6 +85,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
             "slot": np.array([r.slot for r in rows], dtype=np.int64),
             "terminated": np.array([r.terminated for r in rows], dtype=bool),
             "truncated": np.array([r.truncated for r in rows], dtype=bool),
+            "bootstrap_prompt_ids": _object_column([r.bootstrap_prompt_ids for r in rows]),
             "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
         }
         if batch.group_size is not None:  # group rollouts: what GRPO / GiGPO group by, and which rows they train
@@ -96,3 +94,10 @@ class VerlogAgentLoopManager(AgentLoopManager):
             non_tensors["trained"] = np.array([r.trained for r in rows], dtype=bool)
         meta = {"timing": {"agent_loop/generate_sequences/mean": elapsed}, "reward_extra_keys": []}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+def _object_column(values: list[Any]) -> np.ndarray:
+    """A ``[B]`` object array holding ``values`` as they are (``np.array`` would make equal-length lists 2-D)."""
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column

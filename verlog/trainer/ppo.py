@@ -14,13 +14,16 @@ verl's ``fit()`` loop runs unchanged; verlog plugs into its seams:
   ``grpo`` / ``gigpo``, the group advantages of :mod:`verlog.group_advantage` (no critic is built: ``critic.enable``
   is False, so verl never calls ``_compute_values``);
 - the critic loss: verlog's clipped value loss with the first position weighted (``set_loss_fn``);
-- checkpoints: verl's, plus every slot's env state and memory (``verlog_rollout.pkl``);
+- checkpoints: verl's, plus every slot's env state and memory (``verlog_rollout.pkl``); ``_load_checkpoint`` is also
+  the start hook (``_on_fit_start``: the critic warm-up on fresh runs);
 - metrics: env and rollout stats, advantage stats, progress and ETA go to verl's tracking backends and to
   ``<output_dir>/metrics.jsonl``;
 - ``_validate`` (verl's validation hook, ``trainer.test_freq`` = ``evaluation.every``): verlog's evaluation on held-out
   seeds (:mod:`verlog.trainer.evaluation`), logged as ``eval/*`` metrics.
 
-KL in reward, critic warm-up, the once-per-iteration weight sync and checkpoint/resume are verl's own mechanisms.
+KL in reward, the critic-only iterations (``trainer.critic_warmup``), the once-per-iteration weight sync and
+checkpoint/resume are verl's own mechanisms. verlog/trainer/seams.py lists every seam and checks, when the trainer is
+built, that the installed verl still calls each one as 0.9.1 does.
 """
 
 from __future__ import annotations
@@ -42,11 +45,13 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
-from verlog.advantage import dual_discount_gae, masked_whiten, turn_level_advantages
+from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, turn_level_advantages
 from verlog.errors import VerlogError
 from verlog.group_advantage import GROUP_ESTIMATORS, group_advantages, spread_untrained_rows
+from verlog.rollout.batch import link_turns
 from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
+from verlog.trainer.seams import check_seams
 
 ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
 
@@ -70,6 +75,10 @@ def tick_collate(items: list[dict[str, Any]]) -> dict[str, Any]:
 
 class VerlogPPOTrainer(RayPPOTrainer):
     """verl's PPO trainer driving verlog's multi-turn rollout (see the module docstring for the seams)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_seams()  # before any worker starts: verl's fit must still call what verlog overrides
+        super().__init__(*args, **kwargs)
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -162,12 +171,11 @@ class VerlogPPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------------------------------ values
     def _compute_values(self, batch: DataProto) -> DataProto:
         values = super()._compute_values(batch)
-        boot_map = self.async_rollout_manager.bootstrap
-        keys = list(zip(batch.non_tensor_batch["episode_id"], batch.non_tensor_batch["turn_index"]))
-        need = [i for i, (e, t) in enumerate(keys) if (e, int(t)) in boot_map]
+        boot = batch.non_tensor_batch["bootstrap_prompt_ids"]
+        need = [i for i, prompt in enumerate(boot) if prompt]
         next_values = torch.zeros(len(batch), dtype=torch.float32)
         if need:
-            prompts = [boot_map[(keys[i][0], int(keys[i][1]))] for i in need]
+            prompts = [list(boot[i]) for i in need]
             boot = self._prompt_only_rows(prompts, batch.meta_info)
             padded, _ = pad_dataproto_to_divisor(boot, self._world_size())
             out = super()._compute_values(padded)
@@ -206,9 +214,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             return self._group_advantage(data)
         nt = data.non_tensor_batch
         keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
-        position = {key: i for i, key in enumerate(keys)}
-        ended = np.logical_or(nt["terminated"], nt["truncated"])
-        next_row = [-1 if ended[i] else position.get((e, t + 1), -1) for i, (e, t) in enumerate(keys)]
+        next_row = link_turns(nt["episode_id"], nt["turn_index"], np.logical_or(nt["terminated"], nt["truncated"]))
         mask = data.batch["response_mask"]
         next_values = data.batch["next_values"] if "next_values" in data.batch.keys() else torch.zeros(len(data))
         self._check_finite(data.batch["token_level_rewards"], keys, "reward")
@@ -232,10 +238,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
             advantages = masked_whiten(advantages, mask)
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
-        m = mask.bool()
+        # the library's diagnostics of the raw advantages (its critic/* entries are verl's own metrics already)
+        stats = advantage_metrics(raw, returns, data.batch["values"], mask) if bool(mask.any()) else {}
         self._adv_metrics = {
-            "adv/raw_mean": float(raw[m].mean()),
-            "adv/raw_std": float(raw[m].std()) if int(m.sum()) > 1 else 0.0,
+            **{k: v for k, v in stats.items() if k.startswith("adv/")},
             "adv/linked_rows": float(sum(r >= 0 for r in next_row)),
             "adv/bootstrap_rows": float(sum(1 for i, r in enumerate(next_row) if r < 0 and not nt["terminated"][i])),
             "adv/next_value_mean": float(next_values.float().mean()),
@@ -338,28 +344,41 @@ class VerlogPPOTrainer(RayPPOTrainer):
             pickle.dump(self.rollout.state_dict(), f)
 
     def _load_checkpoint(self) -> Any:
+        """verl's checkpoint loading, then the env slots' state (a resumed run) and :meth:`_on_fit_start`.
+
+        verl 0.9.1's ``fit`` calls this once, before its first iteration and before anything else of the run
+        (verlog/trainer/seams.py checks that), so it is also where verlog's start hook runs."""
         result = super()._load_checkpoint()
-        if self.global_steps == 0 and int(self.verlog.algorithm.warmup_rollout_multiplier) > 1:
-            self._warmup_critic()
         if self.global_steps > 0:
-            if self.config.trainer.resume_mode == "resume_path":
-                folder = str(self.config.trainer.resume_from_path)
-            else:
-                folder = self._step_folder()
-            path = os.path.join(folder, ROLLOUT_STATE_FILE)
-            if not os.path.exists(path):
-                raise VerlogError(
-                    f"checkpoint {folder} has no {ROLLOUT_STATE_FILE} (the env slots' state): it was not written by "
-                    "verlog's trainer; resume from another checkpoint or set checkpoint.resume=disable"
-                )
-            with open(path, "rb") as f:
-                self.rollout.load_state_dict(pickle.load(f))
-            print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
-            if bool(self.config.trainer.get("val_before_train", False)):
-                # evaluation.before_train is the starting model's point (a fresh run's); a resumed run's step would
-                # get a second record beside the one the saving run wrote
-                self.config.trainer.val_before_train = False
+            self._restore_rollout_state()
+        self._on_fit_start(resumed=self.global_steps > 0)
         return result
+
+    def _on_fit_start(self, resumed: bool) -> None:
+        """verlog's start hook (after the checkpoint is loaded, before the first iteration): the critic warm-up on
+        a fresh run (``algorithm.warmup_rollout_multiplier`` > 1)."""
+        if not resumed and int(self.verlog.algorithm.warmup_rollout_multiplier) > 1:
+            self._warmup_critic()
+
+    def _restore_rollout_state(self) -> None:
+        """The env slots and memories of the checkpoint being resumed (``verlog_rollout.pkl``)."""
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = str(self.config.trainer.resume_from_path)
+        else:
+            folder = self._step_folder()
+        path = os.path.join(folder, ROLLOUT_STATE_FILE)
+        if not os.path.exists(path):
+            raise VerlogError(
+                f"checkpoint {folder} has no {ROLLOUT_STATE_FILE} (the env slots' state): it was not written by "
+                "verlog's trainer; resume from another checkpoint or set checkpoint.resume=disable"
+            )
+        with open(path, "rb") as f:
+            self.rollout.load_state_dict(pickle.load(f))
+        print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
+        if bool(self.config.trainer.get("val_before_train", False)):
+            # evaluation.before_train is the starting model's point (a fresh run's); a resumed run's step would
+            # get a second record beside the one the saving run wrote
+            self.config.trainer.val_before_train = False
 
     def _warmup_critic(self) -> None:
         """Verlog's critic warm-up: one rollout ``warmup_rollout_multiplier`` times the usual size, then

@@ -38,7 +38,7 @@ DEFAULT_CURVES = (
     "actor/pg_loss",
     "actor/entropy",
     "actor/ppo_kl",
-    "adv/raw_mean",
+    "adv/mean",
     "actor/reward_kl_penalty",
 )
 

@@ -90,7 +90,7 @@ def test_three_iterations_losses_metrics_and_sync(runs):
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for m in metrics:
         assert math.isfinite(m["critic/vf_loss"])
-        for key in ("env/episodes", "rollout/valid_action_ratio", "rollout/prompt_tokens_mean", "adv/raw_mean"):
+        for key in ("env/episodes", "rollout/valid_action_ratio", "rollout/prompt_tokens/mean", "adv/mean"):
             assert key in m, key
         assert m["rollout/turns"] == 16
         assert math.isfinite(m["critic/advantages/mean"]) and math.isfinite(m["critic/returns/mean"])

@@ -1,0 +1,118 @@
+"""Where verlog plugs into verl 0.9.1's ``RayPPOTrainer``, checked against the installed verl before a run.
+
+verlog trains through verl's own ``fit()``; it changes verl's behaviour only at these seams (docs/design.md, "Seams
+in verl"). Overriding a method or swapping a module attribute silently does nothing, or the wrong thing, once a new
+verl stops calling it the way 0.9.1 does, so :func:`check_seams` reads the installed verl's source and refuses to start
+when a seam moved: an upgrade of verl is then a local change here and in :mod:`verlog.trainer.ppo`, found before any
+worker starts, like the CPU platform patches (verlog/platform/cpu.py).
+
+Swapped at run time, for the duration of ``fit()`` only:
+- ``verl.trainer.ppo.ray_trainer.compute_advantage`` (``fit`` calls the module global): dual-discount GAE or the
+  group estimators;
+- ``verl.utils.tracking.Tracking`` (``fit`` imports it when it starts): verlog's metrics merged into every record and
+  written to metrics.jsonl.
+
+Overridden methods of ``RayPPOTrainer``: ``_create_dataloader`` (tick data set), ``init_workers`` (the rollout),
+``_compute_values`` (bootstrap values), ``_compute_old_log_prob`` (entropies for tapes), ``_save_checkpoint`` /
+``_load_checkpoint`` (env slots' state; the start hook: critic warm-up) and ``_validate`` (evaluation).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+
+from verlog.errors import VerlogError
+
+VERL_VERSION = "0.9.1"
+"""The verl release the seams were written against."""
+
+
+class VerlSeamError(VerlogError, RuntimeError):
+    """The installed verl no longer has a seam verlog's trainer relies on (the message lists each and the fix)."""
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One place verlog relies on: ``target`` (``module:attribute.path``) exists and, when ``needle`` is set, its
+    source contains it; ``why`` is what verlog does there."""
+
+    target: str
+    needle: str | None
+    why: str
+
+
+_FIT = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
+SEAMS: tuple[Seam, ...] = (
+    Seam("verl.trainer.ppo.ray_trainer:compute_advantage", None, "swapped for verlog's advantage during fit"),
+    Seam(_FIT, "compute_advantage(", "fit calls the module's compute_advantage, which verlog swaps"),
+    Seam("verl.utils.tracking:Tracking", None, "swapped for a Tracking that adds verlog's metrics"),
+    Seam(_FIT, "from verl.utils.tracking import Tracking", "fit imports Tracking when it starts (after the swap)"),
+    Seam(
+        _FIT,
+        "self._load_checkpoint()",
+        "fit loads the checkpoint once before its first iteration: verlog restores the env slots and runs the "
+        "critic warm-up there",
+    ),
+    Seam(_FIT, "self._compute_values(", "fit asks for the critic's values: verlog adds the bootstrap values"),
+    Seam(_FIT, "self._validate(", "fit validates every test_freq iterations: verlog's evaluation"),
+    Seam(_FIT, "self._save_checkpoint()", "fit saves checkpoints: verlog adds the env slots' state"),
+    Seam(_FIT, "self._compute_old_log_prob(", "fit computes old log-probs: verlog keeps the entropies for tapes"),
+    Seam(
+        "verl.trainer.ppo.ray_trainer:RayPPOTrainer._create_dataloader",
+        None,
+        "verlog's tick data set sizes each iteration's batch",
+    ),
+    Seam("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers", None, "verlog builds its rollout after verl's"),
+)
+
+
+def _resolve(target: str) -> object:
+    module_name, _, path = target.partition(":")
+    obj: object = importlib.import_module(module_name)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def seam_problems(seams: tuple[Seam, ...] | None = None) -> list[str]:
+    """Every seam of ``seams`` (default :data:`SEAMS`) that is missing or whose source no longer holds its needle, as
+    one line each (empty: all hold)."""
+    problems = []
+    sources: dict[str, str] = {}
+    for seam in SEAMS if seams is None else seams:
+        try:
+            obj = _resolve(seam.target)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{seam.target} is missing ({exc}); verlog needs it: {seam.why}")
+            continue
+        if seam.needle is None:
+            continue
+        if seam.target not in sources:
+            try:
+                sources[seam.target] = inspect.getsource(getattr(obj, "__wrapped__", obj))
+            except (OSError, TypeError) as exc:
+                problems.append(f"cannot read the source of {seam.target}: {exc}")
+                continue
+        if seam.needle not in sources[seam.target]:
+            problems.append(f"{seam.target} no longer contains {seam.needle!r}; verlog relies on it: {seam.why}")
+    return problems
+
+
+def check_seams() -> None:
+    """Raise :class:`VerlSeamError` unless every seam of :data:`SEAMS` holds in the installed verl."""
+    problems = seam_problems()
+    if problems:
+        try:
+            found = importlib.metadata.version("verl")
+        except importlib.metadata.PackageNotFoundError:
+            found = "not installed"
+        raise VerlSeamError(
+            f"verlog's trainer was written against verl=={VERL_VERSION} (installed: {found}) and {len(problems)} of "
+            "its seams in verl's PPO trainer moved:\n  - "
+            + "\n  - ".join(problems)
+            + f"\nInstall verl=={VERL_VERSION} (pip install -e .), or update verlog/trainer/seams.py and "
+            "verlog/trainer/ppo.py for the new verl."
+        )
