@@ -5,6 +5,8 @@
   ``envs.import_modules(["my_envs"])`` imports modules of one's own that register envs (the current folder is
   importable, and env-pool workers import them too).
 - Every env follows :class:`envs.core.TextEnv`: text observations (:class:`envs.core.TextObservation`), text actions.
+- :class:`envs.multitask.MultiTaskEnv` (id ``multitask``) plays several env ids, one task per episode
+  (``reset(options={"task": name})``; in a pool, ``EnvPool.set_next_options``).
 """
 
 from envs.adapter import GymTextAdapter
@@ -18,6 +20,7 @@ from envs.errors import (
     EnvStateError,
     UnknownEnvError,
 )
+from envs.multitask import MultiTaskEnv, UnknownTaskError
 from envs.pool import EnvPool
 from envs.registry import import_modules, list_envs, make, register, registered_factory
 
@@ -30,9 +33,11 @@ __all__ = [
     "EnvRegistrationError",
     "EnvStateError",
     "GymTextAdapter",
+    "MultiTaskEnv",
     "TextEnv",
     "TextObservation",
     "UnknownEnvError",
+    "UnknownTaskError",
     "import_modules",
     "list_envs",
     "make",

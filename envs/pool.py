@@ -11,6 +11,11 @@ the reset info plus ``final_observation`` and ``final_info`` (the ended episode'
 Every episode is seeded, so that the pool is reproducible and an env can be rebuilt after a failure: ``reset(seeds)``
 seeds each slot's first episode; later episodes of a slot draw their seeds from a generator seeded with it.
 
+The main process chooses what a slot's next episode is, although the worker starts it: ``set_next_options(slot,
+options)`` sets the reset options of the slot's next episodes (e.g. ``{"task": "pickup"}`` for an
+:class:`envs.multitask.MultiTaskEnv`, whose task the main process's curriculum draws); ``episode_task(slot)`` is the
+task of the slot's current episode (its reset info's ``"task"``), also in ``final_info["task"]`` when it ends.
+
 Faults. An env that raises, a worker that dies (killed, ``os._exit``) and an env call that runs longer than
 ``step_timeout`` never make ``step`` raise. The failing slot's episode ends as ``truncated=True`` with
 ``info["env_error"]`` (the traceback, or what happened) and a fresh episode starts in that slot. A dead or hung
@@ -102,15 +107,18 @@ class _Slot:
     actions: list[str] = dataclasses.field(default_factory=list)  # actions since the checkpoint
     last_obs: Any = None
     last_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    next_options: dict[str, Any] | None = None  # reset options of the slot's next episode (set by the main process)
+    task: str | None = None  # the current episode's task (its reset info's or options' "task")
 
     def snapshot(self) -> tuple:
         """The records, cheaply (no copies): ``actions`` only grows until an episode starts (which makes a new
         list), and ``seed_rng`` is never changed in place (a draw replaces it by an advanced copy)."""
-        rng = self.seed_rng
-        return (self.checkpoint, self.actions, len(self.actions), self.last_obs, self.last_info, rng, self.next_seed)
+        records = (self.checkpoint, self.actions, self.last_obs, self.last_info, self.seed_rng, self.next_seed)
+        return (*records, len(self.actions), self.task)
 
     def restore(self, snapshot: tuple) -> None:
-        self.checkpoint, self.actions, length, self.last_obs, self.last_info, self.seed_rng, self.next_seed = snapshot
+        self.checkpoint, self.actions, self.last_obs, self.last_info, self.seed_rng, self.next_seed = snapshot[:6]
+        length, self.task = snapshot[6:]
         del self.actions[length:]
 
     def draw_seed(self) -> None:
@@ -123,10 +131,18 @@ class _Slot:
         self.draw_seed()
 
     def start_episode(self, seed: int | None, options: dict[str, Any] | None, obs: Any, info: dict) -> None:
-        """Record that an episode started from ``seed`` (its replay checkpoint) with this first observation."""
+        """Record that an episode started from ``seed`` and ``options`` (its replay checkpoint) with this first
+        observation."""
         self.checkpoint = ("seed", seed, options)
         self.actions = []
         self.last_obs, self.last_info = obs, info
+        task = info.get("task", (options or {}).get("task")) if isinstance(info, dict) else None
+        self.task = None if task is None else str(task)
+
+    def start_next_episode(self, obs: Any, info: dict) -> None:
+        """Record that the slot's next episode started (``next_seed``, ``next_options``), and draw the seed after."""
+        self.start_episode(self.next_seed, self.next_options, obs, info)
+        self.draw_seed()
 
 
 class EnvPool:
@@ -339,10 +355,11 @@ class EnvPool:
             for i in self._workers[w].slots:
                 slot = self._slots[i]
                 if i in skip or slot.checkpoint is None:
-                    payload.append((i, None, [], None, slot.next_seed))
+                    payload.append((i, None, [], None, slot.next_seed, slot.next_options))
                 else:
                     expected = getattr(slot.last_obs, "text", None)
-                    payload.append((i, slot.checkpoint, list(slot.actions), expected, slot.next_seed))
+                    replay = (slot.checkpoint, list(slot.actions), expected)
+                    payload.append((i, *replay, slot.next_seed, slot.next_options))
             reply = self._exchange([w], "restore", {w: payload})[w]
             if isinstance(reply, Failure):
                 # Replaying some slot killed or hung the new worker: fresh start for it (or for all, if unknown).
@@ -366,8 +383,7 @@ class EnvPool:
         while self._stale:  # a call was interrupted (e.g. Ctrl-C): rebuild those workers from the records
             w = min(self._stale)
             for i, (_, obs, info) in self._restart(w, {}).items():
-                self._slots[i].start_episode(self._slots[i].next_seed, None, obs, info)
-                self._slots[i].draw_seed()
+                self._slots[i].start_next_episode(obs, info)
             self._stale.discard(w)
 
     @contextlib.contextmanager
@@ -409,7 +425,8 @@ class EnvPool:
             for i, seed in enumerate(seed_list):
                 if seed is not None:
                     _check_seed(seed, f"reset(): the seed of slot {i} ({self.env_ids[i]})")
-        option_list = list(options) if isinstance(options, Sequence) else [options] * n
+        given = list(options) if isinstance(options, Sequence) else [options] * n
+        option_list = [copy.deepcopy(o) for o in given]  # the records must not change when the caller's dicts do
         if len(option_list) != n:
             raise ValueError(f"reset() got {len(option_list)} options for {n} envs; give one per env or one dict")
         results: dict[int, tuple[TextObservation, dict[str, Any]]] = {}
@@ -455,10 +472,7 @@ class EnvPool:
         for i, action in enumerate(actions):
             if not isinstance(action, str):
                 raise TypeError(f"action {i} must be a str (the model's text), got {type(action).__name__}")
-        payloads = {
-            w: [(i, actions[i], self._slots[i].next_seed) for i in self._workers[w].slots]
-            for w in range(self.num_workers)
-        }
+        payloads = {w: [self._step_item(i, actions[i]) for i in worker.slots] for w, worker in enumerate(self._workers)}
         results: dict[int, StepResult] = {}
         with self._undo_on_interrupt():
             for w, reply in self._exchange(range(self.num_workers), "step", payloads).items():
@@ -475,22 +489,26 @@ class EnvPool:
                 blind_failures += 1
                 skip = {}
                 if blind_failures >= _MAX_ATTEMPTS:
-                    skip = {i: f"{reply.reason}; the worker was restarted" for i, _, _ in items}
+                    skip = {item[0]: f"{reply.reason}; the worker was restarted" for item in items}
             lost = self._restart(w, skip)
             for i in lost:
                 slot = self._slots[i]
                 reason, obs, info = lost[i]
-                action = next((a for j, a, _ in items if j == i), "")
+                action = next((item[1] for item in items if item[0] == i), "")
                 results[i] = self._error_result(i, action, reason, obs, info)
-                slot.start_episode(slot.next_seed, None, obs, info)
-                slot.draw_seed()
+                slot.start_next_episode(obs, info)
             items = [item for item in items if item[0] not in lost]
             if not items:
                 return
-            items = [(i, action, self._slots[i].next_seed) for i, action, _ in items]
+            items = [self._step_item(item[0], item[1]) for item in items]
             reply = self._exchange([w], "step", {w: items})[w]
-        for (i, action, _), result in zip(items, reply):
+        for (i, action, *_), result in zip(items, reply):
             results[i] = self._apply_step(i, action, result)
+
+    def _step_item(self, i: int, action: str) -> tuple:
+        """What a worker needs to step slot ``i``: the action, and the seed and options of the slot's next episode."""
+        slot = self._slots[i]
+        return (i, action, slot.next_seed, slot.next_options)
 
     def _apply_step(self, i: int, action: str, result: tuple) -> StepResult:
         slot = self._slots[i]
@@ -499,14 +517,12 @@ class EnvPool:
         if result[0] == "error":
             _, error, obs, info = result
             out = self._error_result(i, action, error, obs, info)
-            slot.start_episode(slot.next_seed, None, obs, info)
-            slot.draw_seed()
+            slot.start_next_episode(obs, info)
             return out
         _, obs, reward, terminated, truncated, info = result
         self._report_info_warning(i, info)
         if terminated or truncated:
-            slot.start_episode(slot.next_seed, None, obs, info)
-            slot.draw_seed()
+            slot.start_next_episode(obs, info)
         else:
             slot.actions.append(action)
             slot.last_obs, slot.last_info = obs, info
@@ -539,6 +555,8 @@ class EnvPool:
             "progression": float(slot.last_info.get("progression", 0.0)),
             "success": False,
         }
+        if slot.task is not None:
+            final_info["task"] = slot.task
         final_obs = slot.last_obs
         info = {**info, "env_error": error, "final_observation": final_obs, "final_info": final_info}
         return obs, 0.0, False, True, info
@@ -574,6 +592,45 @@ class EnvPool:
             return None
         return None if checkpoint[1] is None else int(checkpoint[1])
 
+    def episode_task(self, slot: int) -> str | None:
+        """The task of ``slot``'s current episode: its reset info's ``"task"`` (a :class:`envs.multitask.MultiTaskEnv`
+        sets it), else its reset options' ``"task"``; None when neither names one. Kept in :meth:`slot_states`."""
+        self._check_slot(slot)
+        return self._slots[slot].task
+
+    def set_next_options(self, slot: int, options: Mapping[str, Any] | None) -> None:
+        """Choose the reset options of ``slot``'s next episode, e.g. ``{"task": "pickup"}`` for a MultiTaskEnv.
+
+        Episodes auto-reset inside :meth:`step` (in the worker), so the main process chooses a slot's next episode
+        ahead: the options set here are used by the next reset of that slot that the pool makes itself (an episode
+        that ended, an env fault, a rebuild that lost the episode), and by the replay of that episode after a worker
+        restart. They stay until set again (None: reset without options, the default); :meth:`reset` takes its
+        own options. Kept in :meth:`slot_states`, so a resumed pool starts the same next episodes.
+        """
+        self._check_slot(slot)
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"set_next_options(): options must be a dict or None, got {type(options).__name__}")
+        value = None if options is None else copy.deepcopy(dict(options))
+        if value is not None and not self.in_process:
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise ValueError(
+                    f"set_next_options(): the options of slot {slot} cannot be sent to a worker ({exc}); use plain "
+                    "Python values"
+                ) from exc
+        self._slots[slot].next_options = value
+
+    def next_options(self, slot: int) -> dict[str, Any] | None:
+        """The reset options ``slot``'s next episode will get (see :meth:`set_next_options`)."""
+        self._check_slot(slot)
+        options = self._slots[slot].next_options
+        return None if options is None else copy.deepcopy(options)
+
+    def _check_slot(self, slot: int) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.num_envs:
+            raise IndexError(f"slot {slot!r} is out of range for a pool of {self.num_envs} envs")
+
     def instruction(self, slot: int) -> str:
         """The current episode's instruction (task prompt with the valid actions) of ``slot``."""
         return self.get_attr(slot, "instruction")
@@ -603,6 +660,8 @@ class EnvPool:
                 "env_id": self.env_ids[i],
                 "seed_rng": slot.seed_rng.bit_generator.state,
                 "next_seed": slot.next_seed,
+                "next_options": slot.next_options,
+                "task": slot.task,
             }
             body = pickle.dumps(record)
             out.append(seal(_STATE_HEADER, body))
@@ -662,6 +721,9 @@ class EnvPool:
                 rng.bit_generator.state = record["seed_rng"]
                 slot.seed_rng = rng
                 slot.next_seed = record["next_seed"]
+            if "next_options" in record:  # states saved before next options existed keep the slot's
+                slot.next_options = record["next_options"]
+            slot.task = record.get("task")
             slot.checkpoint = ("state", record["env"])
             slot.actions = []
             slot.last_obs = restored[i][0]

@@ -121,8 +121,8 @@ class SlotRunner:
         self.envs[slot] = env
         return env
 
-    def _fresh(self, slot: int, seed: int | None) -> tuple[Any, dict[str, Any]]:
-        obs, info = self._build(slot).reset(seed=seed)
+    def _fresh(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self._build(slot).reset(seed=seed, options=options)
         obs, _ = check_output(obs, info, call="reset")
         return _strip_image(obs, self.keep_images), info
 
@@ -144,13 +144,15 @@ class SlotRunner:
                 error = _error_text(exc)
         return ("error", error)
 
-    def _cmd_step(self, slot: int, action: str, next_seed: int) -> tuple:
+    def _cmd_step(self, slot: int, action: str, next_seed: int, next_options: dict[str, Any] | None) -> tuple:
+        """Step; an ended episode is followed at once by the next one, reset with ``next_seed`` and
+        ``next_options`` (the options the parent chose for the slot's next episode, e.g. its task)."""
         try:
             obs, reward, terminated, truncated, info = self.envs[slot].step(action)
             obs, reward = check_output(obs, info, reward)
             if terminated or truncated:
                 final_obs, final_info = obs, info
-                obs, reset_info = self.envs[slot].reset(seed=next_seed)
+                obs, reset_info = self.envs[slot].reset(seed=next_seed, options=next_options)
                 obs, _ = check_output(obs, reset_info, call="reset")
                 info = {
                     **reset_info,
@@ -161,13 +163,19 @@ class SlotRunner:
         except Exception as exc:  # the env's episode ends with this traceback (or bad output) as env_error
             error = _error_text(exc)
         try:
-            obs, info = self._fresh(slot, next_seed)
+            obs, info = self._fresh(slot, next_seed, next_options)
             return ("error", error, obs, info)
         except Exception:
             return ("fatal", error + "\nand rebuilding the env failed too:\n" + traceback.format_exc())
 
     def _cmd_restore(
-        self, slot: int, checkpoint: tuple | None, actions: list[str], expected: str | None, fallback_seed: int
+        self,
+        slot: int,
+        checkpoint: tuple | None,
+        actions: list[str],
+        expected: str | None,
+        fallback_seed: int,
+        fallback_options: dict[str, Any] | None,
     ) -> tuple:
         reason = None
         if checkpoint is not None:
@@ -192,7 +200,7 @@ class SlotRunner:
             except Exception:
                 reason = traceback.format_exc()
         try:
-            obs, info = self._fresh(slot, fallback_seed)
+            obs, info = self._fresh(slot, fallback_seed, fallback_options)
             return ("lost", reason, obs, info)
         except Exception:
             return ("fatal", traceback.format_exc())

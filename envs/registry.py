@@ -126,14 +126,15 @@ def registered_factory(env_id: str) -> Factory:
 def make(env_id: str, **kwargs: Any) -> Any:
     """Build the env registered as ``env_id`` with ``kwargs`` (e.g. ``parse_mode="lenient"``).
 
-    A :class:`~envs.core.TextEnv` built here records ``env_id`` (its ``env_id`` attribute), which its saved states
-    carry: ``set_state`` refuses a state of another id.
+    A :class:`~envs.core.TextEnv` (or :class:`~envs.multitask.MultiTaskEnv`) built here records ``env_id`` (its
+    ``env_id`` attribute), which its saved states carry: ``set_state`` refuses a state of another id.
     """
     env = registered_factory(env_id)(**kwargs)
     from envs.core import TextEnv
+    from envs.multitask import MultiTaskEnv
 
     target = getattr(env, "unwrapped", env)
-    if isinstance(target, TextEnv):
+    if isinstance(target, (TextEnv, MultiTaskEnv)):
         target.env_id = env_id
     return env
 
