@@ -106,6 +106,20 @@ def test_three_iterations_losses_metrics_and_sync(runs):
     assert "critic/vf_loss" in proc.stdout  # verl's console logger printed the metrics
 
 
+def test_logged_metrics_match_docs_metrics_md(runs):
+    from metrics_doc import documented_metrics, is_verlog_metric
+
+    base, _, _ = runs
+    records = _records(base / "run1" / "metrics.jsonl")
+    logged = {k for r in records for k in r if is_verlog_metric(k)}
+    doc = documented_metrics()
+    assert logged <= set(doc), f"logged but not in docs/metrics.md: {sorted(logged - set(doc))}"
+    # this run: dual GAE, an evaluation every 2 iterations, episodes ending (goto's 64-step limit is never reached in
+    # 3 x 4 turns, but the injected crash cuts an episode)
+    expected = {k for k, when in doc.items() if when in ("always", "dual_gae", "evaluation", "episodes")}
+    assert expected <= logged, f"in docs/metrics.md but never logged: {sorted(expected - logged)}"
+
+
 def _check_eval(record: dict) -> None:
     assert record["eval/episodes"] == EVAL_EPISODES and "eval/failed" not in record
     for key in EVAL_KEYS:
