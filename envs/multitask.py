@@ -66,6 +66,11 @@ def _name(spec: str | Callable[..., Any]) -> str:
 
 def _parse_tasks(tasks: Any) -> dict[str, tuple[str | Callable[..., Any], dict[str, Any]]]:
     """``{family: (env id or factory, own_kwargs)}`` from a mapping (family -> TaskSpec) or a list of env ids."""
+    if tasks is None:
+        raise UnknownTaskError(
+            "a MultiTaskEnv needs tasks: MultiTaskEnv(tasks={'goto': 'babyai/goto', ...}) or, in a config, "
+            "env.kwargs.tasks"
+        )
     if isinstance(tasks, str) or not isinstance(tasks, (Mapping, Sequence)):
         raise UnknownTaskError(
             f"tasks must be a mapping family -> env id (or {{'env_id': ..., 'kwargs': {{...}}}}) or a list of env "
@@ -120,7 +125,9 @@ class MultiTaskEnv(gym.Env):
     env_id: str | None = None
     """The registered id this env was built from (``"multitask"`` through ``envs.make``)."""
 
-    def __init__(self, tasks: Any, *, env_kwargs: Mapping[str, Any] | None = None, task: str | None = None) -> None:
+    def __init__(
+        self, tasks: Any = None, *, env_kwargs: Mapping[str, Any] | None = None, task: str | None = None
+    ) -> None:
         self._specs = _parse_tasks(tasks)
         for spec, _ in self._specs.values():
             if isinstance(spec, str):

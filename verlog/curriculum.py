@@ -33,10 +33,12 @@ CURRICULUM_KINDS = ("uniform", "weighted", "sec")
 """How families are drawn: ``uniform`` (1/n each), ``weighted`` (fixed weights), ``sec`` (Boltzmann over Q)."""
 
 SEC_ALPHA = 0.5
-"""SEC's TD(0) step size (Chen et al. 2025 use alpha = 0.5)."""
+"""SEC's TD(0) step size: Chen et al. 2025 use 0.5 in every experiment (their README's commands set
+``trainer.sec.bandit.lr=0.5``)."""
 
 SEC_TAU = 1.0
-"""SEC's Boltzmann temperature (Chen et al. 2025 use tau = 1)."""
+"""SEC's Boltzmann temperature: 1.0 in Chen et al.'s Countdown runs (the default of their code); they lower it for
+some runs (0.4 for math, 0.2 for the two-dimensional curriculum). docs/curriculum.md has the details."""
 
 _STATE_FORMAT = "verlog.curriculum/1"
 
