@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from verlog.curriculum import (
+    SEC_ALPHA,
+    SEC_TAU,
     CurriculumSettings,
     CurriculumSettingsError,
     CurriculumStateError,
@@ -203,3 +206,12 @@ def test_metrics_per_family() -> None:
     assert m["family/pickup/episodes"] == 0.0 and "family/pickup/success_rate" not in m
     with pytest.raises(CurriculumStateError, match="not a task family"):
         curriculum_metrics(cur, [_Episode("goot", 0.0, False)], [])
+
+
+def test_the_docs_list_every_metric_and_the_defaults() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "curriculum.md").read_text()
+    cur = TaskCurriculum(["x"], CurriculumSettings(kind="sec"))
+    cur.update({"x": 1.0})
+    for name in curriculum_metrics(cur, [_Episode("x", 1.0, True)], ["x"]):
+        assert f"`{name.replace('/x/', '/<f>/')}`" in doc, f"docs/curriculum.md does not list {name}"
+    assert f"alpha = {SEC_ALPHA}" in doc and f"tau = {SEC_TAU}" in doc
