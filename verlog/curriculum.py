@@ -260,20 +260,29 @@ def boltzmann(q: Sequence[float] | np.ndarray, tau: float) -> np.ndarray:
     return weights / weights.sum()
 
 
+def _uniform(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
+    return np.full(len(families), 1.0 / len(families))
+
+
+def _weighted(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
+    weights = np.asarray([float((settings.weights or {})[f]) for f in families])
+    return weights / weights.sum()
+
+
+def _sec(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
+    return boltzmann([q[f] for f in families], float(settings.tau))
+
+
+_PROBABILITIES = {"uniform": _uniform, "weighted": _weighted, "sec": _sec}  # one per CURRICULUM_KINDS
+
+
 def family_probabilities(
     settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]
 ) -> dict[str, float]:
     """The probability of drawing each family under ``settings`` (``q`` is used only by ``sec``)."""
-    n = len(families)
-    if settings.kind == "uniform":
-        probs = np.full(n, 1.0 / n)
-    elif settings.kind == "weighted":
-        weights = np.asarray([float((settings.weights or {})[f]) for f in families])
-        probs = weights / weights.sum()
-    elif settings.kind == "sec":
-        probs = boltzmann([q[f] for f in families], float(settings.tau))
-    else:
+    if settings.kind not in _PROBABILITIES:
         raise CurriculumSettingsError(f"curriculum.kind is {settings.kind!r}: use one of {CURRICULUM_KINDS}")
+    probs = _PROBABILITIES[settings.kind](settings, families, q)
     return {f: float(p) for f, p in zip(families, probs)}
 
 
@@ -356,6 +365,9 @@ class TaskCurriculum:
                 "not a curriculum state: give the dict TaskCurriculum.state_dict() returned (its 'format' is "
                 f"{_STATE_FORMAT!r})"
             )
+        missing = [k for k in ("kind", "families", "q", "draws", "updates", "rng") if k not in state]
+        if missing:
+            raise CurriculumStateError(f"the curriculum state lacks {missing}: it is damaged; use another checkpoint")
         if list(state["families"]) != list(self.families):
             raise CurriculumStateError(
                 f"the curriculum state was saved for task families {list(state['families'])}, this run has "

@@ -149,6 +149,8 @@ def test_a_state_of_other_families_or_kind_is_refused() -> None:
         uniform.load_state_dict(state)
     with pytest.raises(CurriculumStateError, match="not a curriculum state"):
         uniform.load_state_dict({"q": {}})
+    with pytest.raises(CurriculumStateError, match=r"lacks \['rng'\]"):
+        uniform.load_state_dict({k: v for k, v in state.items() if k != "rng"})
 
 
 def test_bad_settings_give_one_named_error_listing_every_problem() -> None:
