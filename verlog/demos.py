@@ -1,9 +1,8 @@
 """Expert demonstrations for the SFT warm start: scripted experts through the text interface -> chat rows -> parquet.
 
 An expert plays an env through the same text interface the model uses (its answer goes through the env's parser),
-and a :class:`~verlog.memory.SlidingMemory` with the RL rollout's settings builds each turn's messages exactly as
-:class:`verlog.rollout.RolloutManager` does (``reset(instruction)``, ``observe(long_term, short_term)``, prompt,
-``record(answer, executed action)``, next ``observe``), so a demo's prompt is token for token the prompt the policy
+stepped by the RL rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`, the expert as its policy) with a
+:class:`~verlog.memory.SlidingMemory` of the RL settings, so a demo's prompt is token for token the prompt the policy
 sees in RL for the same state.
 
 **One SFT row per turn.** The RL rollout trains on one row per turn whose prompt is the memory window, so a demo
@@ -29,6 +28,7 @@ from typing import Any
 
 from verlog.errors import VerlogError
 from verlog.memory import PromptTemplate, SlidingMemory, check_answer_format
+from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
 
 MANIFEST = "demos.json"
 TRAIN_FILE = "train.parquet"
@@ -66,13 +66,18 @@ EXPERTS: dict[str, Callable[[Any], Expert]] = {"babyai/": _babyai_expert, "babai
 """Env id prefix -> builder of an expert for a freshly reset env of that family."""
 
 
-def expert_for(env_id: str, env: Any) -> Expert:
-    """The scripted expert of ``env_id``'s family for ``env`` (just reset)."""
+def expert_builder(env_id: str) -> Callable[[Any], Expert]:
+    """The builder of ``env_id``'s family's expert (raises :class:`DemoError` when there is none)."""
     for prefix, build in EXPERTS.items():
         if env_id.startswith(prefix):
-            return build(env)
+            return build
     families = ", ".join(f"{p}*" for p in EXPERTS)
     raise DemoError(f"no scripted expert for env {env_id!r}: demonstrations exist for {families}")
+
+
+def expert_for(env_id: str, env: Any) -> Expert:
+    """The scripted expert of ``env_id``'s family for ``env`` (just reset)."""
+    return expert_builder(env_id)(env)
 
 
 # ------------------------------------------------------------------------------------------------ answers
@@ -178,6 +183,26 @@ class DemoConfig:
         return list(range(self.seed_start, self.seed_start + self.episodes))
 
 
+class _ExpertGaveUp(Exception):
+    """The expert has no next action: the episode is no demonstration."""
+
+
+class _ExpertPolicy(CallbackPolicy):
+    """The expert as the stepper's policy: its next action in the answer format (``last_action`` keeps it)."""
+
+    def __init__(self, env_id: str, local: LocalEnv, expert: Expert, answer_format: str) -> None:
+        super().__init__(self._answer)
+        self.env_id, self.local, self.expert, self.answer_format = env_id, local, expert, answer_format
+        self.last_action = ""
+
+    def _answer(self, turn: PolicyInput) -> str:
+        action = self.expert()
+        if action is None:
+            raise _ExpertGaveUp
+        self.last_action = action
+        return format_answer(think_text(self.env_id, self.local.env, action), action, self.answer_format)
+
+
 def record_episode(
     env_id: str,
     seed: int,
@@ -191,43 +216,45 @@ def record_episode(
     """Play one episode with the scripted expert from ``env.reset(seed=seed)``, recording each turn's prompt.
 
     The expert's answer goes to ``env.step`` as text, like a model's; each turn's messages come from ``memory``
-    exactly as the rollout builds them (with ``tokenizer`` and ``max_prompt_tokens``: after the same token budget).
+    through the rollout's stepper (with ``tokenizer`` and ``max_prompt_tokens``: after the same token budget).
 
     Raises:
         DemoError: the env has no expert, or rejected an expert answer (the answer format and the parser disagree).
     """
     import envs
 
-    env = envs.make(env_id, **dict(env_kwargs or {}))
+    build_expert = expert_builder(env_id)
+    kwargs = dict(env_kwargs or {})
+    local = LocalEnv(envs.make(env_id, **kwargs), rebuild=lambda: envs.make(env_id, **kwargs))
     if memory is None:
         memory = SlidingMemory(template=PromptTemplate.for_answer_format(answer_format))
-    obs, _info = env.reset(seed=seed)
-    expert = expert_for(env_id, env)
-    memory.reset(env.instruction)
-    memory.observe(obs.long_term, obs.short_term)
-    episode = DemoEpisode(env_id=env_id, seed=seed, success=False, ret=0.0)
-    while True:
-        action = expert()
-        if action is None:  # the expert gave up: the episode is not a demonstration
-            return episode
-        if tokenizer is not None:
-            messages = memory.build_prompt(tokenizer, max_prompt_tokens).messages
-        else:
-            messages = memory.messages()
-        answer = format_answer(think_text(env_id, env, action), action, answer_format)
-        obs, reward, terminated, truncated, info = env.step(answer)
-        if not info.get("action_valid", False) or info.get("action") != action:
-            raise DemoError(
-                f"{env_id} (seed {seed}) read the expert answer {answer!r} as {info.get('action')!r} "
-                f"(valid={info.get('action_valid')}); the answer format and the env's parse_mode disagree"
-            )
-        episode.turns.append(DemoTurn(messages=messages, answer=answer, action=action))
-        episode.ret += float(reward)
-        memory.record(answer, str(info["action"]))
-        if terminated or truncated:
-            episode.success = bool(info.get("success", False))
-            return episode
-        memory.observe(obs.long_term, obs.short_term)
+    pool = local.pool()
+    try:
+        stepper = EpisodeStepper(
+            pool, tokenizer, [memory], max_prompt_tokens=max_prompt_tokens, bootstrap_prompts=False
+        )
+        stepper.reset([seed])
+        policy = _ExpertPolicy(env_id, local, build_expert(local.env), answer_format)
+        episode = DemoEpisode(env_id=env_id, seed=seed, success=False, ret=0.0)
+        while True:
+            try:
+                (turn,) = stepper.step(policy, continue_episodes=False)
+            except _ExpertGaveUp:  # the expert gave up: the episode is not a demonstration
+                return episode
+            row = turn.row
+            if not row.action_valid or row.action != policy.last_action:
+                raise DemoError(
+                    f"{env_id} (seed {seed}) read the expert answer {row.response_text!r} as "
+                    f"{turn.info.get('action')!r} (valid={turn.info.get('action_valid')}); the answer format and the "
+                    "env's parse_mode disagree"
+                )
+            episode.turns.append(DemoTurn(messages=turn.prompt.messages, answer=row.response_text, action=row.action))
+            episode.ret += row.reward
+            if turn.episode is not None:
+                episode.success = bool(row.success)
+                return episode
+    finally:
+        pool.close()
 
 
 def generate_demos(

@@ -22,6 +22,7 @@ from typing import Any
 from verlog.demos import format_answer, think_text
 from verlog.errors import VerlogError
 from verlog.memory import PromptTemplate, SlidingMemory
+from verlog.rollout.stepper import EpisodeStepper, LocalEnv, RandomValidPolicy
 
 
 class WarmStartError(VerlogError, ValueError):
@@ -70,28 +71,31 @@ def random_answer_rows(config: WarmStartConfig, tokenizer: Any) -> list[tuple[li
     valid-action policy, prompts built exactly as the rollout builds them."""
     import envs
 
-    rng = random.Random(config.seed)
+    kwargs = dict(config.env_kwargs)
+    local = LocalEnv(envs.make(config.env_id, **kwargs), rebuild=lambda: envs.make(config.env_id, **kwargs))
     template = PromptTemplate.for_answer_format(config.answer_format)
+    memory = SlidingMemory(n=config.memory_n, keep_reasoning_turns=config.keep_reasoning_turns, template=template)
+    policy = RandomValidPolicy(
+        lambda slot: local.env.actions,
+        lambda action, slot: format_answer(think_text(config.env_id, local.env, action), action, config.answer_format),
+        seed=config.seed,
+        tokenizer=tokenizer,
+    )
     rows: list[tuple[list[int], list[int]]] = []
-    eos = int(tokenizer.eos_token_id)
-    for episode in range(config.episodes):
-        env = envs.make(config.env_id, **dict(config.env_kwargs))
-        memory = SlidingMemory(n=config.memory_n, keep_reasoning_turns=config.keep_reasoning_turns, template=template)
-        obs, _ = env.reset(seed=config.seed + episode)
-        memory.reset(env.instruction)
-        memory.observe(obs.long_term, obs.short_term)
-        while True:
-            memory.set_instruction(env.instruction)
-            prompt = list(memory.build_prompt(tokenizer, config.max_prompt_tokens).token_ids)
-            action = rng.choice(list(env.actions))
-            answer = format_answer(think_text(config.env_id, env, action), action, config.answer_format)
-            rows.append((prompt, [*tokenizer.encode(answer, add_special_tokens=False), eos]))
-            obs, _, terminated, truncated, info = env.step(answer)
-            memory.record(answer, str(info.get("action") or ""))
-            if terminated or truncated:
-                break
-            memory.observe(obs.long_term, obs.short_term)
-        env.close()
+    pool = local.pool()
+    try:
+        stepper = EpisodeStepper(
+            pool, tokenizer, [memory], max_prompt_tokens=config.max_prompt_tokens, bootstrap_prompts=False
+        )
+        for episode in range(config.episodes):
+            stepper.reset([config.seed + episode])
+            ended = False
+            while not ended:
+                (turn,) = stepper.step(policy, continue_episodes=False)
+                rows.append((turn.row.prompt_ids, turn.row.response_ids))  # the answer's tokens + end of turn
+                ended = turn.episode is not None
+    finally:
+        pool.close()
     return rows
 
 

@@ -241,7 +241,7 @@ class RolloutManager:
         after a slot's episode ended)."""
         n, k, it = self.num_slots, int(self.group_size or 1), self._group_iteration
         group_ids = [f"{self.run_id}-i{it}-g{s // k}" for s in range(n)]
-        anchors = [str(obs.text) for obs in self.stepper.reset(self.group_seeds(it))]
+        anchors = [str(obs.text) for obs, _info in self.stepper.reset(self.group_seeds(it))]
         self._started = True
         if not self._step_limit_checked:  # after the reset: some envs set their limit there
             self.check_step_limit(turns_per_slot)

@@ -200,6 +200,37 @@ class RandomValidPolicy(TextPolicy):
         return self.format_answer(self.rng.choice(list(self.actions(turn.slot))), turn.slot)
 
 
+class LocalEnv:
+    """An env object in this process as the factory of a one-slot in-process pool (:meth:`pool`), so that a policy
+    that reads the game (a scripted expert, a person) sees the env the pool steps: :attr:`env`.
+
+    Args:
+        env: the env (a TextEnv); the pool's first build returns it.
+        rebuild: builds a fresh env when the pool rebuilds the slot after an env failure (None: a failure there is
+            fatal, as the env cannot be rebuilt).
+    """
+
+    def __init__(self, env: Any, rebuild: Callable[[], Any] | None = None) -> None:
+        self.env = env
+        self._rebuild = rebuild
+        self._given = False
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if not self._given:
+            self._given = True
+            return self.env
+        if self._rebuild is None:
+            raise StepperError("this env cannot be rebuilt after a failure (no rebuild function was given)")
+        self.env = self._rebuild()
+        return self.env
+
+    def pool(self) -> Any:
+        """A one-slot in-process ``EnvPool`` around the env."""
+        from envs.pool import EnvPool
+
+        return EnvPool(self, num_envs=1, in_process=True)
+
+
 # ------------------------------------------------------------------------------------------------ the stepper
 @dataclass
 class SlotEpisode:
@@ -296,13 +327,14 @@ class EpisodeStepper:
         self.images[slot] = getattr(obs, "image", None)
         self.open[slot] = True
 
-    def reset(self, seeds: Any, episode_ids: Sequence[str | None] | None = None) -> list[Any]:
-        """Reset every slot of the pool (``EnvPool.reset(seeds)``) and open its episode; returns the observations."""
+    def reset(self, seeds: Any, episode_ids: Sequence[str | None] | None = None) -> list[tuple[Any, dict[str, Any]]]:
+        """Reset every slot of the pool (``EnvPool.reset(seeds)``) and open its episode; returns ``(obs, info)`` per
+        slot."""
         results = self.pool.reset(seeds=seeds)
         ids = list(episode_ids) if episode_ids is not None else [None] * self.num_slots
         for slot, (obs, _info) in enumerate(results):
             self.begin(slot, obs, ids[slot])
-        return [obs for obs, _info in results]
+        return results
 
     def prompt(self, slot: int) -> BuiltPrompt:
         """The current prompt of ``slot`` (the env's instruction refreshed first; see the module docstring)."""
