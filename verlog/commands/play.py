@@ -5,6 +5,10 @@ line: an action string (parsed by the env like a model's answer), or the action'
 ``:help`` lists the actions, ``:info`` shows the last info dict, ``:reset`` starts a new episode, ``:q`` quits (so
 does end of input). After each step it prints the executed action, reward, terminated/truncated and progression; a
 finished episode is summarised and the next one starts (seed + 1 when ``--seed`` was given).
+
+The person is a policy of the rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`): the env is stepped
+through the same one-slot pool, memory and turn record as the demos' expert, so what a person plays is what a model
+would face.
 """
 
 from __future__ import annotations
@@ -76,6 +80,14 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _Reset(Exception):
+    """The person asked for a new episode (``:reset``)."""
+
+
+class _Quit(Exception):
+    """The person quit (``:q`` or end of input)."""
+
+
 def play(
     env: Any,
     stdin: TextIO,
@@ -86,6 +98,8 @@ def play(
     show_info: bool = False,
 ) -> int:
     """Run the interactive loop on a TextEnv, reading lines from ``stdin`` and writing to ``stdout``; returns 0."""
+    from verlog.memory import SlidingMemory
+    from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
 
     def say(text: str = "") -> None:
         print(text, file=stdout, flush=True)
@@ -110,67 +124,87 @@ def play(
         print(prompt, end="", file=stdout, flush=True)
         return stdin.readline()
 
-    finished = 0
-    shown_instruction = None
-    episode_return = 0.0
-    obs, info = env.reset(seed=seed)
-    while True:
-        if env.instruction != shown_instruction:
-            shown_instruction = env.instruction
-            say(f"=== Instruction ===\n{shown_instruction}\n")
-        say(f"--- Episode {finished + 1}, step {info.get('episode_step', 0)} ---\n{obs.text}")
-        action = None
-        while action is None:
+    shown = {"instruction": None}
+    current: dict[str, Any] = {"obs": None, "info": {}, "finished": 0}
+
+    def ask(turn: PolicyInput) -> str:
+        """The person's answer for this turn (the policy); :reset and :q leave the turn unplayed."""
+        if turn.instruction != shown["instruction"]:
+            shown["instruction"] = turn.instruction
+            say(f"=== Instruction ===\n{turn.instruction}\n")
+        info = current["info"]
+        say(f"--- Episode {current['finished'] + 1}, step {info.get('episode_step', 0)} ---\n{current['obs'].text}")
+        while True:
             line = read_line("action> ")
             if not line:  # end of input
                 say("\n(end of input) bye")
-                return 0
+                raise _Quit
             line = line.strip()
             if not line:
                 continue
             if line in QUIT:
                 say("bye")
-                return 0
+                raise _Quit
             if line in HELP:
                 say(help_text())
             elif line == ":info":
                 say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
             elif line == ":reset":
-                action = ""
+                raise _Reset
             elif line.startswith(":"):
                 say(f"unknown command {line!r}; {':help'} lists the actions and commands")
             elif line.isdigit():
                 index = int(line)
                 if index < len(env.actions):
-                    action = env.actions[index]
-                else:
-                    say(f"no action number {index}: there are {len(env.actions)} (0-{len(env.actions) - 1})")
+                    return str(env.actions[index])
+                say(f"no action number {index}: there are {len(env.actions)} (0-{len(env.actions) - 1})")
             else:
-                action = line
-        if action == "":  # :reset
-            seed = None if seed is None else seed + 1
-            obs, info = env.reset(seed=seed)
-            episode_return = 0.0
-            say("(new episode)")
-            continue
-        obs, reward, terminated, truncated, info = env.step(action)
-        episode_return += reward
-        note = "" if info.get("action_valid", True) else f" (not a valid action: executed {info.get('action')!r})"
-        say(
-            f"-> {info.get('action')}{note} | reward {reward:g} | terminated {terminated} | truncated {truncated}"
-            f" | progression {info.get('progression', 0.0):.2f}"
-        )
-        if show_info:
-            say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
-        if terminated or truncated:
-            finished += 1
-            outcome = "success" if info.get("success") else "no success"
-            say(
-                f"=== Episode {finished} over after {info.get('episode_step')} steps: {outcome}, return "
-                f"{episode_return:g} ===\n"
-            )
-            if episodes is not None and finished >= episodes:
+                return line
+
+    pool = LocalEnv(env).pool()
+    stepper = EpisodeStepper(pool, None, [SlidingMemory()], max_prompt_tokens=None, bootstrap_prompts=False)
+    person = CallbackPolicy(ask)
+    episode_return = 0.0
+
+    def new_episode(next_seed: int | None) -> None:
+        ((current["obs"], current["info"]),) = stepper.reset([next_seed])
+
+    try:
+        new_episode(seed)
+        while True:
+            try:
+                (turn,) = stepper.step(person, continue_episodes=False)
+            except _Quit:
                 return 0
-            seed = None if seed is None else seed + 1
-            obs, info = env.reset(seed=seed)
-            episode_return = 0.0
+            except _Reset:
+                seed = None if seed is None else seed + 1
+                new_episode(seed)
+                episode_return = 0.0
+                say("(new episode)")
+                continue
+            row, info = turn.row, turn.info
+            current["obs"], current["info"] = turn.next_observation, info
+            episode_return += row.reward
+            note = "" if row.action_valid else f" (not a valid action: executed {info.get('action')!r})"
+            if row.env_error is not None:
+                note = f" (the env failed and the episode was cut: {row.env_error.strip().splitlines()[-1]})"
+            say(
+                f"-> {info.get('action')}{note} | reward {row.reward:g} | terminated {row.terminated} | truncated "
+                f"{row.truncated} | progression {info.get('progression', 0.0):.2f}"
+            )
+            if show_info:
+                say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
+            if turn.episode is not None:
+                current["finished"] += 1
+                outcome = "success" if info.get("success") else "no success"
+                say(
+                    f"=== Episode {current['finished']} over after {info.get('episode_step')} steps: {outcome}, "
+                    f"return {episode_return:g} ===\n"
+                )
+                if episodes is not None and current["finished"] >= episodes:
+                    return 0
+                seed = None if seed is None else seed + 1
+                new_episode(seed)
+                episode_return = 0.0
+    finally:
+        pool.close()
