@@ -47,12 +47,16 @@ def evaluate(
     n_resamples: int = 10_000,
     bootstrap_seed: int = 0,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    generation_retries: int = 1,
+    in_process: bool = True,
+    num_workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``protocol``'s episodes with ``model`` and write ``episodes.jsonl``, ``summary.json`` (and
     ``turns.jsonl`` with ``log_turns``) into ``out_dir``; returns the summary.
 
     With ``resume``, episodes already in ``out_dir/episodes.jsonl`` (same env id, index and seed) are not played
     again (BALROG's resume); without it an existing ``episodes.jsonl`` is an error rather than silently mixed.
+    ``generation_retries``, ``in_process`` and ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,6 +98,9 @@ def evaluate(
             max_steps=protocol.max_steps,
             turn_log=writer,
             on_episode=record,
+            generation_retries=generation_retries,
+            in_process=in_process,
+            num_workers=num_workers,
         )
     finally:
         if writer is not None:

@@ -3,8 +3,10 @@
 The trainer (:meth:`verlog.trainer.ppo.VerlogPPOTrainer._validate`, called by verl's ``fit()`` every
 ``trainer.test_freq`` iterations, at the last one and, with ``val_before_train``, before a fresh run's first) hands
 this module a generator on verl's vLLM servers; the episodes run through :func:`verlog.eval.runner.run_episodes`, the
-runner of ``verlog eval``: a fresh env and memory per episode, ``env.id`` built with training's ``env.kwargs``,
-training's memory settings, answer format, prompt budget and response length. Nothing here imports verl.
+runner of ``verlog eval``, which steps them with training's own loop (:mod:`verlog.rollout.stepper`): a fresh episode
+and memory per seed, ``env.id`` built with training's ``env.kwargs`` in an env pool like training's (``env.in_process``,
+``env.num_workers``), training's memory settings, answer format, prompt budget, response length and generation
+retries. Nothing here imports verl.
 
 Seeds: episode ``i`` gets ``evaluation.seed_start + i`` at every evaluation (the same layouts each time, so the
 curve is paired by seed). Training's slots start at ``seed .. seed + num_slots - 1`` and draw later episodes' seeds
@@ -60,6 +62,17 @@ def memory_kwargs(cfg: DictConfig) -> dict[str, Any]:
         "memory_n": int(memory.n),
         "keep_reasoning_turns": int(memory.get("keep_reasoning_turns", 1)),
         "answer_format": str(memory.get("answer_format", "cot")),
+    }
+
+
+def pool_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """``run_episodes``' env pool and generation retry keywords from training's ``env`` and ``rollout`` sections
+    (evaluation steps its envs as training does, and a failed generation is retried as many times)."""
+    workers = OmegaConf.select(cfg, "env.num_workers", default=None)
+    return {
+        "in_process": bool(OmegaConf.select(cfg, "env.in_process", default=True)),
+        "num_workers": None if workers is None else int(workers),
+        "generation_retries": int(OmegaConf.select(cfg, "rollout.generation_retries", default=1)),
     }
 
 
@@ -217,6 +230,7 @@ class TrainingEvaluator:
     max_prompt_tokens: int
     output_dir: str
     tapes: Any = None  # verlog.tapes.TapeSettings: the first tapes.eval_episodes episodes go to tapes/eval.jsonl
+    pool: dict[str, Any] | None = None  # run_episodes' env pool and retry keywords (training's env and rollout)
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> TrainingEvaluator:
@@ -236,6 +250,7 @@ class TrainingEvaluator:
             max_prompt_tokens=int(cfg.rollout.max_prompt_tokens),
             output_dir=str(cfg.output_dir),
             tapes=tapes,
+            pool=pool_kwargs(cfg),
         )
 
     def run(self, generator: Generator, tokenizer: Any, iteration: int) -> dict[str, float]:
@@ -266,6 +281,7 @@ class TrainingEvaluator:
                 max_steps=self.protocol.max_steps,
                 turn_log=tape,
                 **self.memory,
+                **(self.pool or {}),
             )
         except Exception as exc:  # an evaluation must not end a training run
             traceback.print_exc()
