@@ -1,9 +1,11 @@
 """RolloutManager: N env slots advancing in lockstep, a memory per slot, fixed-turn batches of per-turn rows.
 
-Each :meth:`RolloutManager.collect` call advances every slot ``T`` turns: build each slot's prompt from its memory,
-generate all ``N`` responses in one batch, step all ``N`` envs with the model's text, record one row per slot. Episodes
-persist across calls (the envs and memories keep their state), so long episodes span several PPO iterations; the
-last row of an unfinished episode carries the prompt of the next state as its *bootstrap prompt*.
+Each :meth:`RolloutManager.collect` call advances every slot ``T`` turns with the episode stepper
+(:class:`verlog.rollout.stepper.EpisodeStepper`, the loop evaluation, demos and ``verlog play`` use too): build each
+slot's prompt from its memory, generate all ``N`` responses in one batch, step all ``N`` envs with the model's text,
+record one row per slot. Episodes persist across calls (the envs and memories keep their state), so long episodes span
+several PPO iterations; the last row of an unfinished episode carries the prompt of the next state as its *bootstrap
+prompt*.
 
 Failures never lose the batch: a request whose generation fails is retried ``generation_retries`` times, then the
 slot's turn is recorded with a bare end-of-turn response (an invalid action: the env runs its default action; the
