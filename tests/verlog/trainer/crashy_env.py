@@ -26,7 +26,9 @@ class CrashOnce:
         return getattr(self._env, name)
 
     def reset(self, *, seed: int | None = None, **kwargs: Any) -> Any:
-        self._training = seed is None or seed < 2**31
+        # an env once reset with an evaluation seed belongs to an evaluation's pool: its later episodes (a slot idling
+        # after its episode ended, auto-reset with a drawn seed) are not training's either
+        self._training = self._training and (seed is None or seed < 2**31)
         return self._env.reset(seed=seed, **kwargs)
 
     def step(self, action: str) -> Any:
