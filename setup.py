@@ -55,7 +55,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["verlog", "verlog.*", "envs", "envs.*"]),
-    package_data={"verlog": ["py.typed", "viewer/static/*"], "envs": ["py.typed"]},
+    # the Hydra configs ship inside the package, so a non-editable install finds them (tests/verlog/test_install.py)
+    package_data={"verlog": ["py.typed", "viewer/static/*", "configs/*.yaml", "configs/*/*.yaml"], "envs": ["py.typed"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["verlog=verlog.cli:main"]},

@@ -167,7 +167,7 @@ case "$RESULTS" in
 /*) ;;
 *) RESULTS="$PWD/$RESULTS" ;;
 esac
-# the env's settings, the same in demos, PPO and evaluation (configs/env/babyai_goto.yaml's, with the step limit)
+# the env's settings, the same in demos, PPO and evaluation (verlog/configs/env/babyai_goto.yaml's, with the step limit)
 ENV_KWARGS="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
 
 # ---------------------------------------------------------------------------------------------- seed ranges
@@ -249,7 +249,7 @@ stage demos "$RUN/demos/demos.json" "" -- \
     --out "$RUN/demos" --force
 
 stage sft "$RUN/sft/model/config.json" "" -- \
-    "$PYTHON" -m verlog sft configs/sft/learn_babyai.yaml \
+    "$PYTHON" -m verlog sft verlog/configs/sft/learn_babyai.yaml \
     output_dir="$RUN/sft" data.train="$RUN/demos" \
     model.tiny.hidden_size="$MODEL_HIDDEN" model.tiny.num_layers="$MODEL_LAYERS" model.tiny.num_heads="$MODEL_HEADS" \
     model.tiny.num_kv_heads="$MODEL_KV_HEADS" model.tiny.intermediate_size="$MODEL_FFN" \

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from verlog.dry_run import UnknownEnvIdError, describe_run
-from verlog.overrides import ConfigKeyError, closest_key
-from verlog.train import load_config, main
+from verlog.commands.train import main
+from verlog.config.checks import TrainConfigError
+from verlog.config.compose import ConfigKeyError, closest_key, load_config
+from verlog.config.preflight import preflight
 
 
 @pytest.mark.parametrize(
@@ -69,8 +70,8 @@ def test_cli_prints_the_error_without_a_traceback(capsys):
 
 
 def test_dry_run_checks_the_env_id():
-    with pytest.raises(UnknownEnvIdError, match="Did you mean babyai/pickup"):
-        describe_run(load_config(["env=babyai", "env.task=pickupp"]))
+    with pytest.raises(TrainConfigError, match="Did you mean babyai/pickup"):
+        preflight(load_config(["env=babyai", "env.task=pickupp"]))
 
 
 def test_every_env_config_builds_its_env():
@@ -104,8 +105,7 @@ def test_saved_resolved_config_round_trips(tmp_path, capsys):
 def test_configuration_doc_lists_every_key_and_option():
     from pathlib import Path
 
-    from verlog.overrides import flat_keys, group_options
-    from verlog.train import DEFAULT_CONFIG_DIR
+    from verlog.config.compose import DEFAULT_CONFIG_DIR, flat_keys, group_options
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     keys: set[str] = set()

@@ -87,19 +87,22 @@ def test_recipe_dry_run_matches_verlog(script):
 
 def test_recipe_takes_settings_from_environment_and_arguments(tmp_path):
     out_dir = tmp_path / "run"
+    model = tmp_path / "qwen3b"  # a model folder must exist (the dry run checks model.path), its weights need not
+    model.mkdir()
+    (model / "config.json").write_text("{}")
     cfg, out = dry_run(
         "recipes/babyai/qwen2.5-3b_4xa40.sh",
         "iterations=7",
         "logger=[console,tensorboard]",
         TASK="pickup",
-        MODEL_PATH="/models/qwen3b",
+        MODEL_PATH=str(model),
         GPUS_PER_NODE="8",
         NNODES="2",
         OUTPUT_DIR=str(out_dir),
         RAY_ADDRESS="10.0.0.1:6379",
     )
     assert cfg["env"]["id"] == "babyai/pickup" and cfg["run_name"] == "babyai-pickup-qwen2.5-3b"
-    assert cfg["model"]["path"] == "/models/qwen3b"
+    assert cfg["model"]["path"] == str(model)
     assert (cfg["hardware"]["n_gpus_per_node"], cfg["hardware"]["nnodes"]) == (8, 2)
     assert cfg["output_dir"] == str(out_dir) and not out_dir.exists()  # a dry run writes nothing
     assert cfg["iterations"] == 7 and cfg["logger"] == ["console", "tensorboard"]

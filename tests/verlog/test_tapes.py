@@ -210,7 +210,7 @@ def test_schema_versions_old_loads_newer_refused(tmp_path: Path):
 
 
 def test_train_config_has_and_checks_the_tapes_section():
-    from verlog.train import load_config
+    from verlog.config.compose import load_config
     from verlog.trainer.config import TrainConfigError, check_config
 
     cfg = load_config(["tapes.frames=true"])

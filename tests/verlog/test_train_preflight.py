@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from envs.registry import IMPORTS_ENV_VAR
-from verlog.train import RUN_OUTPUTS, main
+from verlog.commands.train import main
+from verlog.config.preflight import RUN_OUTPUTS
 
 REPO = Path(__file__).resolve().parents[2]
 LAKE = """
@@ -114,7 +115,7 @@ def _run_folder(path: Path, checkpoint: int | None = None) -> Path:
     (path / "tiny-model").mkdir()
     (path / "tiny-model" / "config.json").write_text("{}")
     if checkpoint is not None:
-        (path / "checkpoints").mkdir()
+        (path / "checkpoints" / f"global_step_{checkpoint}").mkdir(parents=True)
         (path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text(str(checkpoint))
     return path
 

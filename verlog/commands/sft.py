@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config",
         nargs="*",
         metavar="CONFIG_OR_OVERRIDE",
-        help="an SFT YAML config (e.g. configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
+        help="an SFT YAML config (e.g. verlog/configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
         "data.train=outputs/demos/goto); docs/sft.md lists the keys",
     )
     parser.add_argument("--dry-run", action="store_true", help="check the data, print the torchrun command, stop")

@@ -1,15 +1,104 @@
-"""``verlog train [key=value ...]``: multi-turn PPO through verl with the Hydra configs in configs/."""
+"""``verlog train [key=value ...]`` (= ``python -m verlog.train``): multi-turn PPO through verl.
+
+The config is composed with Hydra from verlog/configs/ (installed with the package; see verlog/configs/train.yaml):
+``env=babyai_goto iterations=10 rollout.num_slots=8 output_dir=runs/x``; a misspelt key is an error.
+``--config-dir DIR`` adds a folder of configs of one's own (``DIR/env/my_env.yaml`` is then ``env=my_env``), or
+replaces verlog's configs when it holds the root config; ``--config-name NAME`` picks another root.
+``--import MODULE`` imports a module that registers envs of one's own (the current folder is importable).
+
+Before anything starts (no Ray, no model) the config is typed and checked (verlog.config.preflight): every bad
+setting is reported at once, each with its fix, exit code 2. A fresh run (``checkpoint.resume=disable``, or ``auto``
+with no checkpoint to resume) refuses an ``output_dir`` that holds another run's outputs unless ``--overwrite`` is
+given.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 
-from verlog import train as train_module
+EXIT_USAGE = 2
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    train_module.build_parser(parser)
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from verlog.commands.common import add_import_argument
+    from verlog.config.compose import DEFAULT_CONFIG_DIR
+
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. iterations=10 rollout.num_slots=8")
+    parser.add_argument(
+        "--config-dir",
+        default=None,
+        help="a folder of configs of your own: DIR/env/NAME.yaml is then env=NAME (verlog's configs stay the "
+        f"defaults); a folder holding the root config replaces verlog's ({DEFAULT_CONFIG_DIR})",
+    )
+    parser.add_argument("--config-name", default="train", help="root config name (default: train)")
+    parser.add_argument("--print-config", action="store_true", help="print the composed config and exit")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and print the resolved config, the command and verl's derived keys; start nothing",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a fresh run in an output_dir that holds another run: its outputs (metrics.jsonl, rollout.jsonl, "
+        "checkpoints/, tapes/, eval/, config.yaml, ...) are deleted first",
+    )
+    add_import_argument(parser)
+    return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    return train_module.run(args)
+    """Compose, check (every problem at once), then dry-run or train; 2 on a bad config, 0 after training."""
+    from omegaconf import OmegaConf
+
+    from verlog.commands.common import import_user_modules
+    from verlog.config.compose import load_config
+    from verlog.config.preflight import check_output_dir, preflight
+    from verlog.errors import VerlogError
+
+    imports = list(getattr(args, "imports", []))
+    try:
+        import_user_modules(imports)  # also makes the current folder importable
+        composed = load_config(args.overrides, args.config_dir, args.config_name)
+        if args.print_config:
+            print(OmegaConf.to_yaml(composed, resolve=True))
+            return 0
+        cfg = preflight(composed, imports)
+        if getattr(args, "dry_run", False):
+            from verlog.config.dry_run import describe_run
+
+            shown = [f"--import={m}" for m in imports]  # in the command it prints
+            print(describe_run(cfg, [*shown, *args.overrides], args.config_dir, args.config_name), flush=True)
+            return 0
+        removed = check_output_dir(cfg, getattr(args, "overwrite", False))
+        if removed:
+            print(f"[verlog] --overwrite: removed {', '.join(str(p) for p in removed)}", flush=True)
+    except VerlogError as exc:
+        print(f"verlog train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from verlog.trainer import runner
+
+    try:
+        runner.train(cfg)
+    except VerlogError as exc:  # a setting verl would fail on later (the verl: section): the message names it
+        print(f"verlog train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m verlog.train``: the same command as ``verlog train`` (Ctrl-C exits 130 with one line)."""
+    from verlog.commands.common import EXIT_INTERRUPTED
+
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m verlog.train", description=__doc__))
+    args, extra = parser.parse_known_args(argv)
+    if any(e.startswith("-") for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides.extend(extra)  # overrides on both sides of an option: a=1 --dry-run b=2
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("\nverlog train: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED

@@ -1,14 +1,19 @@
-"""Command-line overrides of verlog's Hydra configs: ``verl.*`` pass-through and "did you mean" key errors.
+"""Composing ``verlog train``'s config: Hydra over verlog/configs/ (and a folder of one's own), with override checks.
 
-Hydra rejects an override of a key the composed config does not have (``rollout.num_slot=4``) with "Could not
-override"; :func:`explain_unknown_keys` turns that into a :class:`ConfigKeyError` naming the closest valid key
-(:mod:`difflib`) and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through without Hydra's ``+``
-(verl's own config checks those keys when the trainer merges the ``verl:`` section).
+:func:`load_config` composes ``verlog/configs/train.yaml`` and its groups (env/, model/, hardware/, algorithm/) with
+the command line's overrides; a ``--config-dir`` without the root config adds its groups before verlog's. Hydra
+rejects an override of a key the composed config does not have (``rollout.num_slot=4``) with "Could not override";
+:func:`explain_unknown_keys` turns that into a :class:`ConfigKeyError` naming the closest valid key (:mod:`difflib`)
+and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through without Hydra's ``+`` (verl's own
+config checks those keys when the trainer merges the ``verl:`` section).
+
+The result is an untyped DictConfig; :func:`verlog.config.checks.typed_config` gives it its types.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from verlog.errors import VerlogError
 
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+"""verlog's own configs (verlog/configs/: installed with the package)."""
 # the section of verlog's config merged into verl's PPO config: any verl key may be set under it
 PASSTHROUGH_SECTION = "verl"
 _MISSING = object()
@@ -122,3 +129,52 @@ def group_choices(overrides: Sequence[str], config_dir: Path | Sequence[Path]) -
         if value and value in group_options(config_dir, key):
             picked.append(item)
     return picked
+
+
+def load_config(
+    overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, config_name: str = "train"
+) -> DictConfig:
+    """Compose verlog's training config from ``config_dir`` (default: verlog/configs/) with ``overrides``.
+
+    A ``config_dir`` without ``{config_name}.yaml`` is a folder of configs of one's own, searched before verlog's
+    configs (e.g. ``config_dir/env/my_env.yaml`` is the option ``env=my_env``); one with it replaces them.
+
+    Raises:
+        ConfigKeyError: ``config_dir`` is not a folder, the root config is missing, or an override names a key or
+            group option that does not exist (with the closest one).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    folder, extra = DEFAULT_CONFIG_DIR, None
+    if config_dir is not None:
+        given = Path(config_dir)
+        if not given.is_dir():
+            raise ConfigKeyError(f"--config-dir {str(config_dir)!r} is not a folder")
+        if (given / f"{config_name}.yaml").exists():
+            folder = given
+        else:
+            extra = given.resolve()
+    if not (folder / f"{config_name}.yaml").exists():
+        raise ConfigKeyError(
+            f"no {config_name}.yaml in {folder}: give --config-name of a root config there (e.g. a run's "
+            "--config-name config), or leave --config-name out"
+        )
+    overrides = prepare_overrides(overrides)
+    folders = [folder] if extra is None else [extra, folder]
+    search = [] if extra is None else [f"hydra.searchpath=[file://{extra}]"]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(folder.resolve()), version_base=None):
+            try:
+                return compose(config_name=config_name, overrides=search + list(overrides))
+            except (ConfigCompositionException, MissingConfigException) as exc:
+                # name the closest valid key / option (Hydra only says "Could not override")
+                base = compose(config_name=config_name, overrides=search + group_choices(overrides, folders))
+                error = explain_unknown_keys(overrides, base, folders)
+                if error is None:
+                    raise ConfigKeyError(f"{exc}: check the overrides (docs/configuration.md)") from exc
+                raise error from exc
+    finally:
+        GlobalHydra.instance().clear()

@@ -6,40 +6,42 @@ Ray actors. :func:`train` is what ``verlog train`` and ``python -m verlog.train`
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlog.config import TrainConfig
 
-def prepare_model(cfg: DictConfig) -> str:
-    """The model folder; built with ``verlog.testing.build_tiny_model`` when it is missing and ``build_tiny`` is set."""
-    path = str(cfg.model.path)
+
+def prepare_model(cfg: TrainConfig) -> str:
+    """The model folder; built with ``verlog.testing.build_tiny_model`` when it is missing and ``build_tiny`` is set
+    (a missing local folder without ``build_tiny`` is refused before launch: verlog.config.preflight.check_model)."""
+    model = cfg.model
+    path = model.path
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
         return path
-    if cfg.model.get("build_tiny", False):
+    if model.build_tiny:
         from verlog.testing import build_tiny_model
 
         print(f"[verlog] building a tiny model at {path}", flush=True)
-        build_tiny_model(path, **dict(cfg.model.get("tiny") or {}))
-        return path
-    if path.startswith((".", "/")):
-        raise FileNotFoundError(f"model.path {path!r} does not exist; give a model folder or a Hugging Face id")
+        build_tiny_model(path, **dict(getattr(model, "tiny", None) or {}))
     return path
 
 
-def _platform_env(cfg: DictConfig) -> None:
+def _platform_env(cfg: TrainConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if bool(cfg.hardware.cpu):
+    if cfg.hardware.cpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.hardware.vllm_kv_cache_gib)
         from verlog.platform import enable_cpu_platform
 
         enable_cpu_platform(force=True)
 
 
-def _init_ray(cfg: DictConfig, verl_cfg: DictConfig) -> None:
+def _init_ray(cfg: TrainConfig, verl_cfg: DictConfig) -> None:
     import ray
 
     if ray.is_initialized():
@@ -61,13 +63,13 @@ def _init_ray(cfg: DictConfig, verl_cfg: DictConfig) -> None:
     hw = cfg.hardware
     kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
     if hw.ray.num_cpus:
-        kwargs["num_cpus"] = int(hw.ray.num_cpus)
+        kwargs["num_cpus"] = hw.ray.num_cpus
     if hw.ray.object_store_memory:
-        kwargs["object_store_memory"] = int(hw.ray.object_store_memory)
+        kwargs["object_store_memory"] = hw.ray.object_store_memory
     if hw.ray.temp_dir:
-        kwargs["_temp_dir"] = str(hw.ray.temp_dir)
-    if bool(hw.cpu):  # logical GPUs: one per CPU rank, so verl's placement groups work unchanged
-        kwargs["num_gpus"] = int(hw.n_gpus_per_node)
+        kwargs["_temp_dir"] = hw.ray.temp_dir
+    if hw.cpu:  # logical GPUs: one per CPU rank, so verl's placement groups work unchanged
+        kwargs["num_gpus"] = hw.n_gpus_per_node
     ray.init(**kwargs)
 
 
@@ -99,18 +101,22 @@ def build_trainer(verl_cfg: DictConfig) -> Any:
     )
 
 
-def train(cfg: DictConfig) -> Path:
-    """Train with verlog's config ``cfg``; returns the output folder (checkpoints, metrics.jsonl, config.yaml)."""
+def train(cfg: TrainConfig) -> Path:
+    """Train with verlog's checked config ``cfg`` (:func:`verlog.config.preflight`); returns the output folder
+    (checkpoints, metrics.jsonl, config.yaml)."""
     from verlog.trainer.config import build_verl_config
 
-    out = Path(str(cfg.output_dir)).absolute()
+    out = Path(cfg.output_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    with_abs = OmegaConf.merge(cfg, {"output_dir": str(out)})
+    model = cfg.model
+    if model.build_tiny or os.path.exists(os.path.expanduser(model.path)):  # a local folder: absolute for the workers
+        model = dataclasses.replace(model, path=str(Path(model.path).expanduser().absolute()))
+    with_abs = dataclasses.replace(cfg, output_dir=str(out), model=model)
     _platform_env(with_abs)
     prepare_model(with_abs)
     verl_cfg = build_verl_config(with_abs)
     OmegaConf.resolve(verl_cfg)
-    OmegaConf.save(with_abs, out / "config.yaml", resolve=True)
+    OmegaConf.save(OmegaConf.structured(with_abs), out / "config.yaml")
     OmegaConf.save(verl_cfg, out / "verl_config.yaml")
     _init_ray(with_abs, verl_cfg)
     import ray

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from envs.pool import drawn_seeds
-from verlog.dry_run import describe_run
+from verlog.config.compose import load_config
+from verlog.config.preflight import preflight
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.stats import balrog_mean_se
 from verlog.rollout.generator import Generation
-from verlog.train import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 from verlog.trainer.evaluation import (
     RESERVED_SEED_START,
@@ -60,9 +60,10 @@ def test_evaluation_is_off_by_default_and_maps_onto_verls_validation_hook():
 def test_bad_evaluation_settings_are_errors_before_training(overrides, message):
     with pytest.raises(TrainConfigError, match=message):
         check_config(load_config(overrides))
-    if "evaluation.every=-1" not in overrides:  # the dry run checks them too
-        with pytest.raises(TrainConfigError, match=message):
-            describe_run(load_config(overrides))
+    if "evaluation.every=-1" not in overrides:  # the dry run checks them too (the env itself first)
+        env_fault = any("no_such_setting" in o for o in overrides)
+        with pytest.raises(TrainConfigError, match="no keyword argument 'no_such_setting'" if env_fault else message):
+            preflight(load_config(overrides))
 
 
 def test_seeds_a_training_slot_can_draw_are_rejected():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verlog.train import load_config
+from verlog.config.compose import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 
 GROUP = ["algorithm.estimator=grpo", "rollout.group_size=2", "rollout.num_slots=4", "rollout.turns_per_slot=4"]

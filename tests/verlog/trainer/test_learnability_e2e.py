@@ -72,7 +72,7 @@ def test_dual_gae_learns_the_delayed_reward(quickstart):
 def test_outputs_a_newcomer_is_pointed_to(quickstart):
     from omegaconf import OmegaConf
 
-    from verlog.train import load_config
+    from verlog.config.compose import load_config
 
     out, _, stdout = quickstart
     run = out / "run"

