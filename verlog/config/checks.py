@@ -237,8 +237,8 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
         problems.append(
             Problem(
                 "env.id",
-                "env.id is not set: give env.id=<a registered id (`verlog envs`), or package.module:factory>; an id your "
-                "module registers also needs --import MODULE",
+                "env.id is not set: give env.id=<a registered id (`verlog envs`), or package.module:factory>; an id "
+                "your module registers also needs --import MODULE",
             )
         )
     if not cfg.model.path.strip():

@@ -63,7 +63,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = ()) -> Tra
     typed.env.imports = [*typed.env.imports, *(m for m in imports if m not in typed.env.imports)]
     out = Path(typed.output_dir)
     if out.exists() and not out.is_dir():
-        problems.append(Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for the outputs"))
+        problems.append(Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for outputs"))
     problems += check_model(typed)
     problems += check_resume(typed)
     env_bad = [key for key in bad if key.startswith("env") and key != "env.kwargs.parse_mode"]
