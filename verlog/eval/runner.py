@@ -230,7 +230,7 @@ def _play_wave(
         stepper.begin(slot, results[slot][0], spec.episode_id)
         open_eps[slot] = _OpenEpisode(spec, EpisodeRecord(spec.env_id, spec.episode_index, spec.seed))
     for slot in range(len(wave), pool.num_envs):
-        stepper.open[slot] = False
+        stepper.close(slot)
     while open_eps:
         for turn in stepper.step(policy, sorted(open_eps), continue_episodes=False):
             ep = open_eps[turn.row.slot]

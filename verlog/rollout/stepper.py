@@ -327,6 +327,10 @@ class EpisodeStepper:
         self.images[slot] = getattr(obs, "image", None)
         self.open[slot] = True
 
+    def close(self, slot: int) -> None:
+        """Leave ``slot`` without an open episode (the pool still steps its env, idle, with empty text)."""
+        self.open[slot] = False
+
     def reset(self, seeds: Any, episode_ids: Sequence[str | None] | None = None) -> list[tuple[Any, dict[str, Any]]]:
         """Reset every slot of the pool (``EnvPool.reset(seeds)``) and open its episode; returns ``(obs, info)`` per
         slot."""
@@ -465,18 +469,3 @@ class EpisodeStepper:
         if continue_episodes:
             self.begin(slot, obs)
         return stepped
-
-    # -------------------------------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Memories and episode book-keeping (the env states are the pool's ``slot_states``)."""
-        return {
-            "memories": [m.state_dict() for m in self.memories],
-            "episodes": [ep.state() for ep in self.episodes],
-            "open": list(self.open),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for memory, mstate in zip(self.memories, state["memories"]):
-            memory.load_state_dict(mstate)
-        self.episodes = [SlotEpisode(**ep) for ep in state["episodes"]]
-        self.open = list(state.get("open") or [bool(ep.episode_id) for ep in self.episodes])
