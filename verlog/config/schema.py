@@ -222,12 +222,20 @@ class ModelConfig:
     name: str = "tiny"
     path: str = "outputs/verlog-train/tiny-model"
     build_tiny: bool = True
-    tiny: dict[str, int] = field(default_factory=dict)
+    tiny: dict[str, int] = field(
+        default_factory=lambda: {
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_heads": 2,
+            "num_kv_heads": 1,
+            "intermediate_size": 128,
+        }
+    )
 
 
 @dataclass
 class RayConfig:
-    """``ray.init`` settings (null: Ray's default).
+    """``ray.init`` settings (null: Ray's default; the defaults are the cpu hardware profile's).
 
     Attributes:
         num_cpus: logical CPUs.
@@ -235,8 +243,8 @@ class RayConfig:
         temp_dir: Ray's temp folder.
     """
 
-    num_cpus: int | None = None
-    object_store_memory: int | None = None
+    num_cpus: int | None = 16
+    object_store_memory: int | None = 1_000_000_000
     temp_dir: str | None = None
 
 

@@ -1,0 +1,241 @@
+"""verlog/config: the typed schema, the checks before launch (every problem at once, each with its fix)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from verlog.commands.train import main
+from verlog.config.checks import Problem, TrainConfigError, check_sizes, check_values, typed_config
+from verlog.config.compose import load_config
+from verlog.config.preflight import (
+    CharTokenEstimate,
+    check_model,
+    check_resume,
+    looks_like_a_hub_id,
+    preflight,
+)
+from verlog.config.schema import LOGGERS, TrainConfig
+
+REPO = Path(__file__).resolve().parents[3]
+
+# the accepted-but-wrong inputs of issue 14, each with a text its problem must contain
+BAD = {
+    "memory.n=-1": "memory.n: -1 must be an integer >= 0",
+    "algorithm.step_gamma=1.5": "algorithm.step_gamma: 1.5 must be in [0, 1]",
+    "sampling.top_p=1.5": "sampling.top_p: 1.5 must be in (0, 1]",
+    "rollout.max_prompt_tokens=10": "rollout.max_prompt_tokens: 10 tokens do not hold the first prompt of babyai/goto",
+    "algorithm.ppo_epochs=0": "algorithm.ppo_epochs: 0 must be an integer >= 1",
+    "logger=[consol]": "Did you mean logger=console?",
+    "env.kwargs.parse_mode=strictt": "Did you mean env.kwargs.parse_mode=strict?",
+    "model.path=/no/such": "model.path: '/no/such' does not exist",
+    "seed=abc": "seed: 'abc' is not of type int",
+    "hardware.n_gpus_per_node=0": "hardware.n_gpus_per_node: 0 must be an integer >= 1",
+    "checkpoint.resume=autoo": "Did you mean checkpoint.resume=auto?",
+}
+
+
+def test_dry_run_reports_every_bad_setting_at_once(capsys) -> None:
+    # model.build_tiny=false: with it, model.path is where a tiny model is built (checked to be creatable)
+    assert main(["--dry-run", "model.build_tiny=false", *BAD]) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "Traceback" not in err and not captured.out
+    assert err.startswith(f"verlog train: error: {len(BAD)} problems in the config (nothing was started):")
+    for override, text in BAD.items():
+        assert text in err, f"{override}: {text!r} not in\n{err}"
+    assert len(re.findall(r"^  - ", err, re.M)) == len(BAD)  # one line each
+
+
+def test_console_script_reports_them_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlog", "train", "--dry-run", "model.build_tiny=false", *BAD],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(text in proc.stderr for text in BAD.values())
+
+
+def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys) -> None:
+    import verlog.trainer.runner
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verlog.trainer.runner, "train", interrupted)
+    assert main(["env=toy_delayed", "checkpoint.resume=disable", f"output_dir={REPO}/outputs/never-written"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "verlog train: interrupted" and "Traceback" not in err
+
+
+def test_typed_config_converts_and_names_wrong_types() -> None:
+    cfg, problems = typed_config(load_config(["iterations=7", "sampling.top_p=0.5"]))
+    assert isinstance(cfg, TrainConfig) and not problems
+    assert (cfg.iterations, cfg.sampling.top_p, cfg.rollout.num_slots) == (7, 0.5, 4)
+    assert cfg.model.path == "outputs/verlog-train/tiny-model"  # interpolations resolved
+    cfg, problems = typed_config(load_config(["seed=abc", "hardware.cpu=maybe", "rollout.num_slots=2.5"]))
+    assert {p.key for p in problems} == {"seed", "hardware.cpu", "rollout.num_slots"}
+    assert cfg.seed == 0  # a bad value keeps the default, so the other checks can run
+    assert "write hardware.cpu=<bool>" in str(next(p for p in problems if p.key == "hardware.cpu"))
+
+
+def test_typed_config_refuses_a_key_the_schema_lacks() -> None:
+    data = OmegaConf.to_container(load_config([]), resolve=True)
+    data["rollout"]["num_slot"] = 3
+    _, problems = typed_config(data)
+    assert problems == [problems[0]] and problems[0].key == "rollout.num_slot"
+    assert "Did you mean rollout.num_slots?" in problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "text"),
+    [
+        ({"iterations": 0}, "iterations", ">= 1"),
+        ({"seed": -1}, "seed", ">= 0"),
+        ({"rollout.turns_per_slot": 0}, "rollout.turns_per_slot", ">= 1"),
+        ({"rollout.max_response_tokens": 0}, "rollout.max_response_tokens", ">= 1"),
+        ({"sampling.temperature": -0.1}, "sampling.temperature", ">= 0"),
+        ({"sampling.top_p": 0.0}, "sampling.top_p", "(0, 1]"),
+        ({"sampling.top_k": -2}, "sampling.top_k", "-1, 0 (off)"),
+        ({"algorithm.token_lam": -0.1}, "algorithm.token_lam", "[0, 1]"),
+        ({"algorithm.clip_ratio": 0.0}, "algorithm.clip_ratio", "> 0"),
+        ({"checkpoint.save_freq": 0}, "checkpoint.save_freq", "-1 (never)"),
+        ({"hardware.rollout_gpu_memory_utilization": 1.5}, "hardware.rollout_gpu_memory_utilization", "(0, 1]"),
+        ({"memory.answer_format": "cott"}, "memory.answer_format", "Did you mean memory.answer_format=cot?"),
+        ({"algorithm.estimator": "ppo"}, "algorithm.estimator", "not one of dual_gae, grpo, gigpo"),
+        ({"algorithm.advantage_level": "turns"}, "algorithm.advantage_level", "turn"),
+        ({"logger": []}, "logger", "logger is empty"),
+        ({"env.id": None}, "env.id", "env.id is not set"),
+    ],
+)
+def test_check_values_names_the_key_the_range_and_a_fix(change, key, text) -> None:
+    cfg = OmegaConf.structured(TrainConfig)
+    for dotted, value in change.items():
+        OmegaConf.update(cfg, dotted, value, merge=False)
+    problems = check_values(OmegaConf.to_object(cfg))
+    assert [p.key for p in problems] == [key]
+    assert text in str(problems[0])
+
+
+def test_the_defaults_pass_every_check() -> None:
+    assert check_values(TrainConfig()) == [] and check_sizes(TrainConfig()) == []
+
+
+def test_sizes_are_checked_without_dividing_by_zero() -> None:
+    cfg = TrainConfig()
+    cfg.hardware.n_gpus_per_node = 0
+    assert check_sizes(cfg) == []  # reported by check_values, not divided by
+    cfg = TrainConfig()
+    cfg.rollout.num_slots, cfg.algorithm.mini_batches = 3, 5
+    (problem,) = check_sizes(cfg)
+    assert "the 12 rows of an iteration (num_slots 3 x turns_per_slot 4)" in problem.message
+    cfg = TrainConfig()
+    cfg.hardware.rollout_tp = 3
+    assert [p.key for p in check_sizes(cfg)] == ["hardware.rollout_tp"]
+
+
+def test_derived_sizes_are_defined_once() -> None:
+    cfg = TrainConfig()
+    cfg.rollout.num_slots, cfg.rollout.turns_per_slot, cfg.algorithm.mini_batches = 8, 4, 4
+    cfg.hardware.n_gpus_per_node, cfg.hardware.nnodes, cfg.hardware.micro_batch_size_per_gpu = 2, 2, 8
+    assert (cfg.rows_per_iteration, cfg.mini_batch_rows, cfg.ranks, cfg.micro_batch_rows) == (32, 8, 4, 2)
+    cfg.iterations, cfg.algorithm.warmup_rollout_multiplier = 5, 3
+    assert (cfg.warmup_rollout_turns, cfg.max_turns_per_slot) == (12, 32)
+    from verlog.trainer.config import verl_overrides
+
+    assert "data.train_batch_size=32" in verl_overrides(cfg)
+
+
+def test_resume_must_be_a_mode_or_an_existing_checkpoint(tmp_path: Path) -> None:
+    cfg = TrainConfig()
+    for value in ("auto", "disable"):
+        cfg.checkpoint.resume = value
+        assert check_values(cfg) == [] and check_resume(cfg) == []
+    step = tmp_path / "checkpoints" / "global_step_4"
+    step.mkdir(parents=True)
+    cfg.checkpoint.resume = str(step)
+    assert check_values(cfg) == [] and check_resume(cfg) == []
+    cfg.checkpoint.resume = str(tmp_path / "checkpoints" / "global_step_5")
+    (problem,) = check_resume(cfg)
+    assert "does not exist" in problem.message and "global_step_4" in problem.message
+    cfg.checkpoint.resume = str(tmp_path / "checkpoints")
+    assert "is not a checkpoint folder" in check_resume(cfg)[0].message
+    cfg.checkpoint.resume = "Disable"
+    assert "Did you mean checkpoint.resume=disable?" in check_values(cfg)[0].message
+
+
+def test_model_path_is_a_folder_a_hub_id_or_built(tmp_path: Path) -> None:
+    cfg = TrainConfig()
+    cfg.model.build_tiny = False
+    cfg.model.path = "Qwen/Qwen2.5-3B-Instruct"
+    assert looks_like_a_hub_id(cfg.model.path) and check_model(cfg) == []
+    cfg.model.path = str(tmp_path)
+    assert "holds no config.json" in check_model(cfg)[0].message
+    (tmp_path / "config.json").write_text("{}")
+    assert check_model(cfg) == []
+    cfg.model.path = "./models/mine"
+    assert "does not exist" in check_model(cfg)[0].message
+    cfg.model.build_tiny = True  # built at launch: the folder must be creatable
+    cfg.model.path = str(tmp_path / "new" / "tiny")
+    assert check_model(cfg) == []
+    (tmp_path / "afile").write_text("x")
+    cfg.model.path = str(tmp_path / "afile" / "tiny")
+    assert "cannot create it" in check_model(cfg)[0].message
+
+
+def test_prompt_budget_counts_with_the_models_tokenizer_when_there_is_one(tiny_model: Path) -> None:
+    overrides = ["model.build_tiny=false", f"model.path={tiny_model}", "rollout.max_prompt_tokens=64"]
+    with pytest.raises(TrainConfigError, match=f"counted with the tokenizer of {tiny_model}"):
+        preflight(load_config(overrides))
+    with pytest.raises(TrainConfigError, match="an estimate of 4 characters per token"):
+        preflight(load_config(["rollout.max_prompt_tokens=64"]))
+    preflight(load_config(["model.build_tiny=false", f"model.path={tiny_model}"]))
+
+
+def test_char_estimate_counts_four_characters_a_token() -> None:
+    tok = CharTokenEstimate()
+    assert len(tok.encode("x" * 9)) == 3
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_an_own_config_dir_reports_problems_of_its_env_config(tmp_path: Path, capsys) -> None:
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "mine.yaml").write_text("name: mine\nid: toy/delayed\nkwargs:\n  length: 0\n  parse_mode: x\n")
+    assert main(["--config-dir", str(tmp_path), "env=mine", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "env.kwargs.parse_mode: 'x' is not one of strict, lenient, naive" in err and "Traceback" not in err
+
+
+def test_problem_text_and_error() -> None:
+    one = TrainConfigError([Problem("seed", "'x' is not of type int")])
+    assert str(one) == "seed: 'x' is not of type int" and len(one.problems) == 1
+    assert str(Problem("env.id", "env.id is not set")) == "env.id is not set"
+    assert str(TrainConfigError("plain text")) == "plain text"
+
+
+def test_schema_defaults_are_the_default_yaml() -> None:
+    """The dataclass defaults and verlog/configs' defaults (train.yaml with its default group options) agree."""
+    composed, problems = typed_config(load_config([]))
+    assert not problems
+    defaults = TrainConfig()
+    # the env config's own task key and the evaluation temperature (an interpolation) are set by the YAML only
+    assert dataclasses.replace(composed, env=defaults.env) == defaults
+    assert composed.env.id == defaults.env.id and composed.env.kwargs["parse_mode"] == "strict"
+
+
+def test_loggers_are_verls_tracking_backends() -> None:
+    source = (Path(__import__("verl").__file__).parent / "utils" / "tracking.py").read_text()
+    block = re.search(r"supported_backend = \[(.*?)\]", source, re.S)
+    assert block is not None
+    assert set(re.findall(r'"(\w+)"', block.group(1))) == set(LOGGERS)
