@@ -94,7 +94,10 @@ def _fill(node: DictConfig, data: Any, prefix: str, problems: list[Problem], typ
             keys = ", ".join(str(k) for k in node.keys())
             close = difflib.get_close_matches(str(key), [str(k) for k in node.keys()], n=1, cutoff=0.6)
             hint = f" Did you mean {prefix}{close[0]}?" if close else ""
-            problems.append(Problem(name, f"verlog's config has no such key.{hint} Keys here: {keys}"))
+            extra = ""
+            if prefix == "env.":  # an env config's own key, e.g. one that env.id is built from
+                extra = "; a value that env.id is built from goes in env.task (id: family/${.task})"
+            problems.append(Problem(name, f"verlog's config has no such key.{hint} Keys here: {keys}{extra}"))
             continue
         child = node._get_node(key)
         if isinstance(value, dict) and isinstance(child, DictConfig) and _is_section(child):
