@@ -79,7 +79,8 @@ def typed_config(cfg: DictConfig | dict[str, Any]) -> tuple[TrainConfig, list[Pr
         try:
             data = OmegaConf.to_container(cfg, resolve=True)
         except Exception as exc:  # an interpolation that does not resolve: omegaconf raises several kinds
-            return TrainConfig(), [Problem("config", f"{exc}; fix or remove that ${{...}} reference")]
+            text = " ".join(str(exc).split())
+            return TrainConfig(), [Problem("config", f"{text}; fix or remove that ${{...}} reference")]
     node = OmegaConf.structured(TrainConfig)
     _fill(node, data, "", problems, field_types())
     typed = OmegaConf.to_object(node)

@@ -26,6 +26,8 @@ DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 """verlog's own configs (verlog/configs/: installed with the package)."""
 # the section of verlog's config merged into verl's PPO config: any verl key may be set under it
 PASSTHROUGH_SECTION = "verl"
+FREE_FORM = ("env.kwargs.", "model.tiny.", PASSTHROUGH_SECTION + ".")
+"""The sections that take keys of one's own (``+env.kwargs.NAME=VALUE``); the schema types every other key."""
 _MISSING = object()
 
 
@@ -81,10 +83,13 @@ def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:
         lines.append(f"Did you mean {guess!r}? Write {guess}={value}")
     if isinstance(section, DictConfig):
         lines.append(f"Keys under {parent or 'the top level'}: {', '.join(str(k) for k in section.keys())}")
-    lines.append(
-        f"To add a key the configs do not define on purpose, prefix it with '+' (+{override.lstrip('+')}); "
-        "docs/configuration.md lists every key."
-    )
+    if key.startswith(FREE_FORM):
+        lines.append(
+            f"To add a key the configs do not define on purpose, prefix it with '+' (+{override.lstrip('+')}); "
+            "docs/configuration.md lists every key."
+        )
+    else:
+        lines.append("docs/configuration.md lists every key (only env.kwargs, model.tiny and verl take new ones).")
     return "\n".join(lines)
 
 
@@ -145,7 +150,7 @@ def load_config(
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import ConfigCompositionException, MissingConfigException
+    from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 
     folder, extra = DEFAULT_CONFIG_DIR, None
     if config_dir is not None:
@@ -176,5 +181,8 @@ def load_config(
                 if error is None:
                     raise ConfigKeyError(f"{exc}: check the overrides (docs/configuration.md)") from exc
                 raise error from exc
+    except HydraException as exc:  # e.g. an override Hydra cannot parse (seed=[)
+        text = " ".join(str(exc).split())
+        raise ConfigKeyError(f"{text} (the override syntax: key=value, key=[a,b], +new.key=value)") from exc
     finally:
         GlobalHydra.instance().clear()
