@@ -460,7 +460,9 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     ]
     for name in MODELS:
         e = results.evals.get(name)
-        if e is None:
+        if e is None and name == "PPO, single GAE" and s.get("SINGLE_GAE") == "0":
+            lines.append(f"| {name} | not run (`SINGLE_GAE=0`) | | | | |")
+        elif e is None:
             lines.append(f"| {name} | not evaluated yet | | | | |")
         else:
             lines.append(
@@ -475,7 +477,8 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
                 f"| {c.treatment} − {c.baseline} | {_pts(c.success)} | {_diff(c.ret)} | "
                 f"{'yes' if c.paired else 'no (different episodes)'} |"
             )
-        lines += ["", "The last row is the dual- vs single-discount comparison (same SFT start, budget and seeds)."]
+        if any(c.baseline == "PPO, single GAE" for c in results.comparisons):
+            lines += ["", "The last row is the dual- vs single-discount comparison (same SFT start, budget and seeds)."]
     else:
         lines.append("No two models evaluated yet.")
     lines += ["", "## Learning curves (rollout episodes during PPO)", ""]

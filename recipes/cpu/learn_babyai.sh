@@ -8,6 +8,8 @@
 #   SMOKE=1 bash recipes/cpu/learn_babyai.sh         # tiny budgets: checks the chain end to end in minutes
 #   bash recipes/cpu/learn_babyai.sh --dry-run       # print every stage's command; run nothing
 #   OUTPUT_DIR=/tmp/learn PPO_ITERATIONS=40 bash recipes/cpu/learn_babyai.sh
+#   TASK=pickup SFT_STEPS=75 PPO_ITERATIONS=100 EVAL_EVERY=20 SINGLE_GAE=0 OUTPUT_DIR=outputs/learn-pickup \
+#       RESULTS=docs/results_pickup.md bash recipes/cpu/learn_babyai.sh     # the harder task (docs/results_pickup.md)
 #
 # Every stage writes into one run folder ($OUTPUT_DIR): demos/, sft/ (sft/model is the SFT model), eval_sft/,
 # ppo_dual/, eval_ppo_dual/, ppo_single/, eval_ppo_single/, logs/<stage>.log, timings.jsonl (wall time of each
