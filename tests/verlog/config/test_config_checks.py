@@ -239,3 +239,11 @@ def test_loggers_are_verls_tracking_backends() -> None:
     block = re.search(r"supported_backend = \[(.*?)\]", source, re.S)
     assert block is not None
     assert set(re.findall(r'"(\w+)"', block.group(1))) == set(LOGGERS)
+
+
+def test_values_that_leave_python_keep_their_type() -> None:
+    """VLLM_CPU_KVCACHE_SPACE is read by vLLM as an integer: "1.0" failed the engine start."""
+    cfg, problems = typed_config(load_config([]))
+    assert not problems and str(cfg.hardware.vllm_kv_cache_gib) == "1"
+    _, problems = typed_config(load_config(["hardware.vllm_kv_cache_gib=1.5"]))
+    assert [p.key for p in problems] == ["hardware.vllm_kv_cache_gib"]
