@@ -50,6 +50,7 @@ class TurnRow:
             within the batch (group rollouts), whose response mask is then all 0.
         idle: a placeholder row of a slot whose episode already ended in this iteration (group rollouts): no model
             call, no env step, a one-token prompt and response outside the loss; left out of the rollout metrics.
+        task: the episode's task family in multi-task training (``env.tasks``), else "".
     """
 
     slot: int
@@ -78,6 +79,7 @@ class TurnRow:
     anchor: str = ""
     trained: bool = True
     idle: bool = False
+    task: str = ""
 
     @property
     def prompt_size(self) -> PromptRecord:
@@ -124,6 +126,7 @@ class EpisodeStats:
     truncated: bool
     env_error: bool
     seed: int | None = None  # the env seed the episode was reset with (None: unseeded or restored from a state)
+    task: str = ""  # the episode's task family in multi-task training, else ""
 
 
 @dataclass

@@ -69,7 +69,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
         """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row columns
         (``non_tensor_batch``, ``[B]`` each; they follow the rows through verl's reordering): episode_id,
         turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
-        list, or None: what the trainer's value step reads) and, for group rollouts, group_id, anchor, trained.
+        list, or None: what the trainer's value step reads), task in multi-task training and, for group rollouts,
+        group_id, anchor, trained.
         """
         rcfg = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
@@ -88,6 +89,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
             "bootstrap_prompt_ids": _object_column([r.bootstrap_prompt_ids for r in rows]),
             "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
         }
+        if any(r.task for r in rows):  # multi-task training: each row's task family (the curriculum's arms)
+            non_tensors["task"] = np.array([r.task for r in rows], dtype=object)
         if batch.group_size is not None:  # group rollouts: what GRPO / GiGPO group by, and which rows they train
             non_tensors["group_id"] = np.array([r.group_id for r in rows], dtype=object)
             non_tensors["anchor"] = np.array([r.anchor for r in rows], dtype=object)

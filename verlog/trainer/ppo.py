@@ -247,6 +247,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             "adv/next_value_mean": float(next_values.float().mean()),
         }
         self._write_tapes(data, raw, keys)
+        self._update_curriculum(data)
         return data
 
     def _group_advantage(self, data: DataProto) -> DataProto:
@@ -288,7 +289,30 @@ class VerlogPPOTrainer(RayPPOTrainer):
             )
             if order is not None and order != list(range(len(data))):
                 data.reorder(torch.tensor(order, dtype=torch.long))
+        self._update_curriculum(data)
         return data
+
+    def _update_curriculum(self, data: DataProto) -> None:
+        """Multi-task training: the curriculum's arm rewards from the advantages the policy loss uses (whatever the
+        estimator: the mean |A| of each task family's trained rows, docs/curriculum.md), then its metrics. Not during
+        the critic warm-up (no iteration yet, and an untrained critic's advantages say nothing about the tasks)."""
+        from verlog.curriculum import curriculum_metrics, family_abs_advantage
+
+        rollout = getattr(self, "rollout", None)
+        curriculum = getattr(rollout, "curriculum", None)
+        self._curriculum_metrics = {}
+        if curriculum is None or "task" not in data.non_tensor_batch or int(getattr(self, "global_steps", 0)) < 1:
+            return
+        nt = data.non_tensor_batch
+        trained = nt["trained"].astype(bool) if "trained" in nt else None
+        tasks = [str(t) for t in nt["task"]]
+        curriculum.update(
+            family_abs_advantage(data.batch["advantages"], tasks, data.batch["response_mask"], trained=trained)
+        )
+        batch = getattr(self.async_rollout_manager, "last_batch", None)
+        episodes = batch.episodes if batch is not None else []
+        rows = [t for i, t in enumerate(tasks) if trained is None or trained[i]]
+        self._curriculum_metrics = curriculum_metrics(curriculum, episodes, rows)
 
     # ------------------------------------------------------------------------------------------ tapes
     def _compute_old_log_prob(self, batch: DataProto) -> Any:
@@ -436,6 +460,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         metrics: dict[str, float] = {}
         metrics.update(getattr(self.async_rollout_manager, "last_metrics", {}))
         metrics.update(getattr(self, "_adv_metrics", {}))
+        metrics.update(getattr(self, "_curriculum_metrics", {}))
         if self._first_step is None:
             self._first_step = step
         done = step - self._first_step + 1

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
-VERLOG_NAMESPACES = ("env/", "rollout/", "adv/", "progress/", "eval/", "timing_s/rollout_")
+VERLOG_NAMESPACES = ("env/", "rollout/", "adv/", "progress/", "eval/", "timing_s/rollout_", "curriculum/", "family/")
 """Prefixes of the metrics verlog (not verl) logs: every logged name under them must be documented."""
 
 
@@ -24,3 +24,10 @@ def documented_metrics(doc: Path = DOC) -> dict[str, str]:
 
 def is_verlog_metric(name: str) -> bool:
     return name.startswith(VERLOG_NAMESPACES)
+
+
+def undocumented(logged: set[str], doc: dict[str, str]) -> list[str]:
+    """The names of ``logged`` that no documented name matches (``<family>`` in a documented name matches one path
+    segment: ``curriculum/<family>/prob`` documents ``curriculum/goto/prob``)."""
+    patterns = [re.compile("^" + re.escape(name).replace(re.escape("<family>"), "[^/]+") + "$") for name in doc]
+    return sorted(name for name in logged if not any(p.match(name) for p in patterns))
