@@ -51,11 +51,13 @@ __all__ = [
     "CurriculumStateError",
     "FinishedEpisode",
     "TaskCurriculum",
+    "TaskFamily",
     "boltzmann",
     "check_curriculum_settings",
     "curriculum_metrics",
     "family_abs_advantage",
     "family_probabilities",
+    "parse_task_families",
     "update_q",
 ]
 
@@ -287,6 +289,63 @@ def family_probabilities(
 
 
 # --------------------------------------------------------------------------------------------- the sampler
+@dataclass(frozen=True)
+class TaskFamily:
+    """One task family of a multi-task run (an entry of ``env.tasks``).
+
+    Attributes:
+        name: the family's name (the curriculum's arm, the ``<family>`` of the metrics).
+        env_id: its registered env id (or ``module:attr`` factory).
+        kwargs: its own env keyword arguments (over the run's ``env.kwargs``).
+        weight: its weight under ``curriculum.kind=weighted``; None when not given.
+    """
+
+    name: str
+    env_id: str
+    kwargs: dict[str, Any]
+    weight: float | None = None
+
+
+def parse_task_families(tasks: Mapping[str, Any] | None) -> list[TaskFamily]:
+    """``env.tasks`` -> the families, in order; empty for a single-task run.
+
+    Each entry is ``name: env_id`` or ``name: {id: env_id, kwargs: {...}, weight: w}`` (``kwargs`` and ``weight``
+    optional). Raises :class:`CurriculumSettingsError` listing every malformed entry.
+    """
+    if not tasks:
+        return []
+    if not isinstance(tasks, Mapping):
+        raise CurriculumSettingsError(
+            f"env.tasks must map a family name to an env id or to {{id, kwargs, weight}}, got {tasks!r}"
+        )
+    out, problems = [], []
+    for name, spec in tasks.items():
+        if isinstance(spec, str):
+            out.append(TaskFamily(str(name), spec, {}))
+            continue
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("id"), str):
+            problems.append(
+                f"env.tasks.{name}: give an env id (env.tasks.{name}=babyai/goto) or a mapping with 'id' (and "
+                f"optionally 'kwargs', 'weight'), got {spec!r}"
+            )
+            continue
+        unknown = sorted(set(spec) - {"id", "kwargs", "weight"})
+        if unknown:
+            problems.append(f"env.tasks.{name}: unknown keys {unknown}; the keys are id, kwargs, weight")
+        kwargs = spec.get("kwargs") or {}
+        if not isinstance(kwargs, Mapping):
+            problems.append(f"env.tasks.{name}.kwargs must be a mapping of env keyword arguments, got {kwargs!r}")
+            kwargs = {}
+        weight = spec.get("weight")
+        if weight is not None and not _is_number(weight):
+            problems.append(f"env.tasks.{name}.weight must be a number >= 0, got {weight!r}")
+            weight = None
+        out.append(TaskFamily(str(name), spec["id"], dict(kwargs), None if weight is None else float(weight)))
+    if problems:
+        raise CurriculumSettingsError("env.tasks has problems:\n  - " + "\n  - ".join(problems))
+    return out
+
+
 class TaskCurriculum:
     """The curriculum of one run: Q values, draw counts and a numpy Generator, drawing the next episodes' families.
 

@@ -364,7 +364,41 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     problems += check_sizes(cfg, skip=skip)
     if not any(key.startswith("tapes") for key in [*skip, *(p.key for p in problems)]):
         problems += check_tapes(cfg)
+    problems += check_curriculum(cfg)
     return problems
+
+
+def curriculum_settings(cfg: TrainConfig) -> Any:
+    """``curriculum`` and the families' weights as :class:`verlog.curriculum.CurriculumSettings`."""
+    from verlog.curriculum import CurriculumSettings, parse_task_families
+
+    families = parse_task_families(cfg.env.tasks)
+    weights = {f.name: f.weight for f in families if f.weight is not None}
+    c = cfg.curriculum
+    return CurriculumSettings(kind=c.kind, alpha=c.alpha, tau=c.tau, weights=weights or None)
+
+
+def check_curriculum(cfg: TrainConfig) -> list[Problem]:
+    """``env.tasks`` and ``curriculum`` (multi-task training, docs/curriculum.md): entries well formed, the curriculum's
+    kind and parameters valid for those families, and no group rollouts mixing tasks within a group."""
+    from verlog.curriculum import CurriculumSettingsError, check_curriculum_settings, parse_task_families
+
+    if not cfg.env.tasks:
+        if cfg.curriculum.kind != "uniform":
+            return [
+                Problem(
+                    "curriculum.kind",
+                    f"curriculum.kind={cfg.curriculum.kind} draws among task families, but env.tasks is empty: list "
+                    "them (env.tasks.NAME=ENV_ID, or an env config with a tasks: mapping), or drop curriculum.kind",
+                )
+            ]
+        return []
+    try:
+        families = parse_task_families(cfg.env.tasks)
+        check_curriculum_settings(curriculum_settings(cfg), [f.name for f in families])
+    except CurriculumSettingsError as exc:
+        return [Problem("curriculum", str(exc))]
+    return []
 
 
 def check_config(cfg: TrainConfig | DictConfig) -> TrainConfig:

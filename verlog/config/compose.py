@@ -26,7 +26,7 @@ DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 """verlog's own configs (verlog/configs/: installed with the package)."""
 # the section of verlog's config merged into verl's PPO config: any verl key may be set under it
 PASSTHROUGH_SECTION = "verl"
-FREE_FORM = ("env.kwargs.", "model.tiny.", PASSTHROUGH_SECTION + ".")
+FREE_FORM = ("env.kwargs.", "env.tasks.", "model.tiny.", PASSTHROUGH_SECTION + ".")
 """The sections that take keys of one's own (``+env.kwargs.NAME=VALUE``); the schema types every other key."""
 _MISSING = object()
 
@@ -89,7 +89,9 @@ def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:
             "docs/configuration.md lists every key."
         )
     else:
-        lines.append("docs/configuration.md lists every key (only env.kwargs, model.tiny and verl take new ones).")
+        lines.append(
+            "docs/configuration.md lists every key (only env.kwargs, env.tasks, model.tiny and verl take new ones)."
+        )
     return "\n".join(lines)
 
 

@@ -90,6 +90,8 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
         import_user_modules(cfg.env.imports, "env.imports")
     except UsageError as exc:
         return [Problem("env.imports", str(exc))]
+    if cfg.env.tasks:  # multi-task: the families' envs (env.id is not built)
+        return check_task_envs(cfg, budget=budget)
     if not cfg.env.id:
         return []  # reported by check_values
     try:
@@ -113,6 +115,36 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
         return check_prompt_budget(cfg, env) if budget else []
     finally:
         env.close()
+
+
+def check_task_envs(cfg: TrainConfig, budget: bool = True) -> list[Problem]:
+    """Multi-task training: every family of ``env.tasks`` builds with ``env.kwargs`` and its own kwargs, resets, and
+    (with ``budget``) its first prompt fits the budget."""
+    from verlog.commands.common import UsageError, build_env, check_env_id
+    from verlog.curriculum import CurriculumSettingsError, parse_task_families
+
+    try:
+        families = parse_task_families(cfg.env.tasks)
+    except CurriculumSettingsError:
+        return []  # reported by check_curriculum
+    problems: list[Problem] = []
+    for family in families:
+        key = f"env.tasks.{family.name}"
+        try:
+            check_env_id(family.env_id, key)
+            kwargs = {**cfg.env.kwargs, **family.kwargs}
+            env = build_env(family.env_id, kwargs, f"{key} (with env.kwargs)", seed=cfg.seed)
+        except UsageError as exc:
+            problems.append(Problem(key, str(exc)))
+            continue
+        try:
+            if budget:
+                problems += [
+                    Problem(p.key, f"task family {family.name!r}: {p.message}") for p in check_prompt_budget(cfg, env)
+                ]
+        finally:
+            env.close()
+    return problems
 
 
 class CharTokenEstimate:

@@ -197,6 +197,9 @@ class EnvConfig:
         kwargs: keyword arguments of the env factory (checked by building the env before launch).
         in_process: run the envs in the trainer's process (true) or in subprocess workers.
         num_workers: subprocess workers (null: one per CPU, at most one per slot).
+        tasks: multi-task training: task family -> env id, or -> ``{id, kwargs, weight}`` (kwargs over
+            ``env.kwargs``); every slot draws the family of each new episode from the curriculum (``curriculum``,
+            docs/curriculum.md). Empty: one task, ``env.id``.
     """
 
     name: str = "babyai-goto"
@@ -206,6 +209,23 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     in_process: bool = True
     num_workers: int | None = None
+    tasks: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CurriculumConfig:
+    """How multi-task training (``env.tasks``) draws the task family of each new episode (docs/curriculum.md).
+
+    Attributes:
+        kind: ``uniform``, ``weighted`` (the families' ``weight``) or ``sec`` (self-evolving curriculum: a bandit
+            over families rewarded by their mean absolute advantage).
+        alpha: SEC's TD(0) step size in (0, 1] (Chen et al. 2025: 0.5).
+        tau: SEC's Boltzmann temperature >= 0 (1.0; 0 is greedy).
+    """
+
+    kind: str = "uniform"
+    alpha: float = 0.5
+    tau: float = 1.0
 
 
 @dataclass
@@ -302,6 +322,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     verl: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------ derived sizes

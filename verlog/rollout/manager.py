@@ -30,6 +30,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from envs.multitask import TASK_OPTION
+from verlog.curriculum import TaskCurriculum
 from verlog.errors import VerlogError
 from verlog.memory import SlidingMemory
 from verlog.rollout.batch import TurnBatch, TurnRow
@@ -118,6 +120,9 @@ class RolloutManager:
         group_size: None (episodes persist across iterations, for dual GAE) or ``K``: group rollouts of whole
             episodes, slots ``K g .. K g + K - 1`` resetting to one seed (see the module docstring); group ``g``'s
             seeds are :func:`group_seed` ``(seed + g, iteration)``.
+        curriculum: multi-task training (the pool's envs are ``envs.multitask.MultiTaskEnv``): draws the task family
+            of every new episode (a group's, in group rollouts) one episode ahead, through the pool's
+            ``set_next_options``; its state goes into :meth:`state_dict`. None: one task.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class RolloutManager:
         run_id: str = "run",
         generation_retries: int = 1,
         group_size: int | None = None,
+        curriculum: TaskCurriculum | None = None,
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
@@ -152,6 +158,7 @@ class RolloutManager:
                 f"group_size must be >= 1 and divide the {self.num_slots} env slots, got {group_size}"
             )
         self.group_size = group_size
+        self.curriculum = curriculum
         self._group_iteration = 0  # group rollouts done (the next one's seeds are group_seed(seed + g, this))
         self._step_limit_checked = False
         factory = memory_factory or SlidingMemory
@@ -175,9 +182,21 @@ class RolloutManager:
 
     # ------------------------------------------------------------------------------------------ episodes
     def start(self) -> None:
-        """Reset every slot (slot i with seed ``seed + i``) and open its first episode."""
-        self.stepper.reset(self.seed)
+        """Reset every slot (slot i with seed ``seed + i``) and open its first episode (multi-task: each slot's
+        task drawn by the curriculum, and the task of its next episode drawn ahead)."""
+        if self.curriculum is None:
+            self.stepper.reset(self.seed)
+        else:
+            self.stepper.reset(self.seed, options=[{TASK_OPTION: t} for t in self.curriculum.draw_many(self.num_slots)])
+            for slot in range(self.num_slots):
+                self._draw_next_task(slot)
         self._started = True
+
+    def _draw_next_task(self, slot: int) -> None:
+        """Multi-task: draw the task of ``slot``'s next episode now (the pool auto-resets inside its step, so the
+        choice is made one episode ahead, with probabilities at most one episode old)."""
+        if self.curriculum is not None:
+            self.pool.set_next_options(slot, {TASK_OPTION: self.curriculum.draw()})
 
     def current_episodes(self) -> list[tuple[str, int]]:
         """``(episode id, turn index)`` of every slot's running episode."""
@@ -190,6 +209,10 @@ class RolloutManager:
         turns = self.stepper.step(self.policy, slots, continue_episodes=self.group_size is None)
         batch.generation_retries += self.policy.retries_used - retries
         batch.episodes.extend(t.episode for t in turns if t.episode is not None)
+        if self.group_size is None:  # the ended episodes' slots started the episode drawn ahead: draw the next one
+            for t in turns:
+                if t.episode is not None:
+                    self._draw_next_task(t.row.slot)
         if turns:
             self._t_generate += turns[0].generate_s
             self._t_env += turns[0].env_s
@@ -243,7 +266,11 @@ class RolloutManager:
         after a slot's episode ended)."""
         n, k, it = self.num_slots, int(self.group_size or 1), self._group_iteration
         group_ids = [f"{self.run_id}-i{it}-g{s // k}" for s in range(n)]
-        anchors = [str(obs.text) for obs, _info in self.stepper.reset(self.group_seeds(it))]
+        options = None
+        if self.curriculum is not None:  # one task per group: its episodes start from the same state
+            tasks = self.curriculum.draw_many(n // k)
+            options = [{TASK_OPTION: tasks[s // k]} for s in range(n)]
+        anchors = [str(obs.text) for obs, _info in self.stepper.reset(self.group_seeds(it), options=options)]
         self._started = True
         if not self._step_limit_checked:  # after the reset: some envs set their limit there
             self.check_step_limit(turns_per_slot)
@@ -299,6 +326,7 @@ class RolloutManager:
             "memories": [m.state_dict() for m in self.memories],
             "episodes": [ep.state() for ep in self.stepper.episodes],
             "group_iteration": self._group_iteration,
+            "curriculum": None if self.curriculum is None else self.curriculum.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -310,6 +338,15 @@ class RolloutManager:
                 f"the checkpoint has {state['num_slots']} env slots, this run {self.num_slots}: resume with the same "
                 "rollout.num_slots"
             )
+        saved_curriculum = state.get("curriculum")
+        if (saved_curriculum is None) != (self.curriculum is None):
+            raise RolloutStateError(
+                "the checkpoint was written by a "
+                + ("multi-task" if saved_curriculum is not None else "single-task")
+                + " run and this run is "
+                + ("multi-task" if self.curriculum is not None else "single-task")
+                + ": resume with the same env.tasks, or start a new run (checkpoint.resume=disable)"
+            )
         saved_ids, ids = state.get("env_ids"), list(getattr(self.pool, "env_ids", None) or [])
         if saved_ids and ids and saved_ids != ids:
             slot = next(i for i, (a, b) in enumerate(zip(saved_ids, ids)) if a != b)
@@ -318,6 +355,8 @@ class RolloutManager:
                 f"with env.id={saved_ids[slot]} (and the same env settings), or start a new run (a new output_dir, or "
                 "checkpoint.resume=disable)"
             )
+        if self.curriculum is not None:
+            self.curriculum.load_state_dict(saved_curriculum)
         if state["started"]:
             self.pool.restore_slots(state["env_states"])
         for memory, mstate in zip(self.memories, state["memories"]):

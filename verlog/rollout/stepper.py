@@ -245,6 +245,7 @@ class SlotEpisode:
     response_tokens: int = 0
     last_progression: float = 0.0
     seed: int | None = None
+    task: str = ""
 
     def state(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -321,6 +322,8 @@ class EpisodeStepper:
         ep.turn = ep.valid = ep.prompt_tokens = ep.response_tokens = 0
         ep.ret = ep.last_progression = 0.0
         ep.seed = self.pool.episode_seed(slot)
+        task = getattr(self.pool, "episode_task", None)  # the task family of a multi-task env's episode
+        ep.task = (task(slot) or "") if task is not None else ""
         memory = self.memories[slot]
         memory.reset(self.pool.instruction(slot))
         memory.observe(obs.long_term, obs.short_term)
@@ -331,10 +334,15 @@ class EpisodeStepper:
         """Leave ``slot`` without an open episode (the pool still steps its env, idle, with empty text)."""
         self.open[slot] = False
 
-    def reset(self, seeds: Any, episode_ids: Sequence[str | None] | None = None) -> list[tuple[Any, dict[str, Any]]]:
-        """Reset every slot of the pool (``EnvPool.reset(seeds)``) and open its episode; returns ``(obs, info)`` per
-        slot."""
-        results = self.pool.reset(seeds=seeds)
+    def reset(
+        self,
+        seeds: Any,
+        episode_ids: Sequence[str | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        """Reset every slot of the pool (``EnvPool.reset(seeds, options)``; ``options``, one per slot, e.g. the task
+        of a multi-task env) and open its episode; returns ``(obs, info)`` per slot."""
+        results = self.pool.reset(seeds=seeds) if options is None else self.pool.reset(seeds=seeds, options=options)
         ids = list(episode_ids) if episode_ids is not None else [None] * self.num_slots
         for slot, (obs, _info) in enumerate(results):
             self.begin(slot, obs, ids[slot])
@@ -413,6 +421,7 @@ class EpisodeStepper:
             memory_turns=turn.prompt.turns_kept,
             observation_truncated=turn.prompt.truncated_observation,
             frame=self.images[turn.slot],
+            task=ep.task,
         )
 
     def _apply(
@@ -464,6 +473,7 @@ class EpisodeStepper:
             truncated=row.truncated,
             env_error=row.env_error is not None,
             seed=ep.seed,
+            task=ep.task,
         )
         self.open[slot] = False
         if continue_episodes:

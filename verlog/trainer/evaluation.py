@@ -88,6 +88,36 @@ def eval_protocol(cfg: DictConfig) -> EvalProtocol:
     )
 
 
+def family_protocols(cfg: DictConfig) -> tuple[tuple[str, EvalProtocol], ...]:
+    """Multi-task training (``env.tasks``): one protocol per task family, its env id with ``env.kwargs`` and its own
+    kwargs, on the same seeds; empty for a single-task run."""
+    import dataclasses
+
+    from verlog.curriculum import parse_task_families
+
+    tasks = OmegaConf.select(cfg, "env.tasks", default=None)
+    if not tasks:
+        return ()
+    base = eval_protocol(cfg)
+    families = parse_task_families(OmegaConf.to_container(tasks, resolve=True))
+    return tuple(
+        (f.name, dataclasses.replace(base, tasks=(f.env_id,), env_kwargs={**base.env_kwargs, **f.kwargs}))
+        for f in families
+    )
+
+
+def family_metrics(name: str, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """``eval/<family>/success``, ``/return``, ``/valid_action_rate`` (means) and ``/episodes`` of one family."""
+    n = max(len(records), 1)
+    p = f"{EVAL_PREFIX}{name}/"
+    return {
+        p + "success": sum(float(r.success) for r in records) / n,
+        p + "return": sum(float(r.episode_return) for r in records) / n,
+        p + "valid_action_rate": sum(float(r.valid_action_rate) for r in records) / n,
+        p + "episodes": float(len(records)),
+    }
+
+
 def eval_sampling(cfg: DictConfig) -> SamplingConfig:
     """``evaluation.temperature`` with training's top_p, top_k and response length (what the vLLM servers allow)."""
     return SamplingConfig(
@@ -231,6 +261,7 @@ class TrainingEvaluator:
     output_dir: str
     tapes: Any = None  # verlog.tapes.TapeSettings: the first tapes.eval_episodes episodes go to tapes/eval.jsonl
     pool: dict[str, Any] | None = None  # run_episodes' env pool and retry keywords (training's env and rollout)
+    families: tuple[tuple[str, EvalProtocol], ...] = ()  # multi-task: (family, its protocol), evaluated in turn
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> TrainingEvaluator:
@@ -251,6 +282,7 @@ class TrainingEvaluator:
             output_dir=str(cfg.output_dir),
             tapes=tapes,
             pool=pool_kwargs(cfg),
+            families=family_protocols(cfg),
         )
 
     def run(self, generator: Generator, tokenizer: Any, iteration: int) -> dict[str, float]:
@@ -263,26 +295,29 @@ class TrainingEvaluator:
         from verlog.tapes import EvalTapeWriter
 
         start = time.perf_counter()
-        specs = self.protocol.episodes()
+        runs = self.families or (("", self.protocol),)
+        specs = runs[0][1].episodes()  # tapes: the first family's first episodes
         taped = int(getattr(self.tapes, "eval_episodes", 0) or 0)
         tape = (
             EvalTapeWriter(self.output_dir, iteration, [s.episode_id for s in specs if s.episode_index < taped])
             if taped
             else None
         )
+        per_family: dict[str, list[EpisodeRecord]] = {}
         try:
-            records = run_episodes(
-                specs,
-                generator,
-                tokenizer,
-                self.sampling,
-                max_prompt_tokens=self.max_prompt_tokens,
-                env_kwargs=self.protocol.env_kwargs,
-                max_steps=self.protocol.max_steps,
-                turn_log=tape,
-                **self.memory,
-                **(self.pool or {}),
-            )
+            for i, (family, protocol) in enumerate(runs):
+                per_family[family] = run_episodes(
+                    protocol.episodes(),
+                    generator,
+                    tokenizer,
+                    self.sampling,
+                    max_prompt_tokens=self.max_prompt_tokens,
+                    env_kwargs=protocol.env_kwargs,
+                    max_steps=protocol.max_steps,
+                    turn_log=tape if i == 0 else None,
+                    **self.memory,
+                    **(self.pool or {}),
+                )
         except Exception as exc:  # an evaluation must not end a training run
             traceback.print_exc()
             print(f"[verlog] eval at iteration {iteration} failed ({type(exc).__name__}: {exc})", flush=True)
@@ -290,15 +325,21 @@ class TrainingEvaluator:
         finally:
             if tape is not None:
                 tape.close()
+        records = [r for family_records in per_family.values() for r in family_records]
         metrics = eval_metrics(records)
+        for family, family_records in per_family.items():
+            if family:
+                metrics.update(family_metrics(family, family_records))
         metrics[f"{EVAL_PREFIX}time_s"] = time.perf_counter() - start
-        self._write_episodes(records, iteration)
+        for family, family_records in per_family.items():
+            self._write_episodes(family_records, iteration, family)
         print(summary_line(iteration, metrics), flush=True)
         return metrics
 
-    def _write_episodes(self, records: Sequence[EpisodeRecord], iteration: int) -> None:
+    def _write_episodes(self, records: Sequence[EpisodeRecord], iteration: int, family: str = "") -> None:
         path = os.path.join(self.output_dir, EPISODES_FILE)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        extra = {"family": family} if family else {}
         with open(path, "a") as f:
             for rec in records:
-                f.write(json.dumps({"iteration": iteration, **rec.to_dict()}) + "\n")
+                f.write(json.dumps({"iteration": iteration, **extra, **rec.to_dict()}) + "\n")

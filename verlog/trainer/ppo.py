@@ -115,10 +115,15 @@ class VerlogPPOTrainer(RayPPOTrainer):
         env = v.env
         frames = TapeSettings.from_config(v).frames
         env_kwargs = dict(env.kwargs or {})
+        env_id, curriculum = str(env.id), None
+        if env.get("tasks"):  # multi-task: every slot a MultiTaskEnv; the curriculum draws each episode's family
+            env_id, env_kwargs, curriculum = self._multitask(env_kwargs, frames)
+        elif frames:
+            env_kwargs = frame_env_kwargs(env_id, env_kwargs)
         pool = make_env_pool(
-            str(env.id),
+            env_id,
             int(v.rollout.num_slots),
-            env_kwargs=frame_env_kwargs(str(env.id), env_kwargs) if frames else env_kwargs,
+            env_kwargs=env_kwargs,
             in_process=bool(env.in_process),
             num_workers=env.num_workers,
             seed=int(v.seed),
@@ -146,7 +151,30 @@ class VerlogPPOTrainer(RayPPOTrainer):
             run_id=str(v.run_name),
             generation_retries=int(v.rollout.generation_retries),
             group_size=int(v.rollout.group_size) if self._estimator() in GROUP_ESTIMATORS else None,
+            curriculum=curriculum,
         )
+
+    def _multitask(self, env_kwargs: dict[str, Any], frames: bool) -> tuple[str, dict[str, Any], Any]:
+        """``env.tasks`` -> the pool's env id and kwargs (``envs.multitask.MultiTaskEnv``: each family's env with
+        ``env.kwargs`` and its own kwargs) and the run's :class:`verlog.curriculum.TaskCurriculum`."""
+        from omegaconf import OmegaConf
+
+        from envs.multitask import MULTITASK_ENV_ID
+        from verlog.config.checks import curriculum_settings, typed_config
+        from verlog.curriculum import TaskCurriculum, parse_task_families
+        from verlog.tapes import frame_env_kwargs
+
+        typed, _ = typed_config(OmegaConf.create(OmegaConf.to_container(self.verlog, resolve=True)))
+        families = parse_task_families(typed.env.tasks)
+        tasks = {
+            f.name: {
+                "env_id": f.env_id,
+                "kwargs": frame_env_kwargs(f.env_id, {**env_kwargs, **f.kwargs}) if frames else dict(f.kwargs),
+            }
+            for f in families
+        }
+        curriculum = TaskCurriculum([f.name for f in families], curriculum_settings(typed), seed=typed.seed)
+        return MULTITASK_ENV_ID, {"tasks": tasks, "env_kwargs": env_kwargs}, curriculum
 
     def _estimator(self) -> str:
         """``algorithm.estimator``: dual_gae, grpo or gigpo."""
