@@ -66,6 +66,8 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = ()) -> Tra
         problems.append(Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for outputs"))
     problems += check_model(typed)
     problems += check_resume(typed)
+    if not any(p.key == "checkpoint.resume" for p in problems):
+        problems += check_resume_state(typed)
     env_bad = [key for key in bad if key.startswith("env") and key != "env.kwargs.parse_mode"]
     if not env_bad:
         # a misspelt parse mode is reported already: build the env with the default one to check the rest
@@ -299,6 +301,89 @@ def check_resume(cfg: TrainConfig) -> list[Problem]:
             )
         ]
     return []
+
+
+def resume_folder(cfg: TrainConfig) -> Path | None:
+    """The checkpoint folder a launch will resume from: the given ``global_step_K``, the latest one under
+    ``output_dir`` with ``auto``, or None (a fresh run)."""
+    resume = cfg.checkpoint.resume
+    if resume == "disable":
+        return None
+    if resume == "auto":
+        latest = Path(cfg.output_dir).expanduser() / "checkpoints" / "latest_checkpointed_iteration.txt"
+        if not latest.is_file():
+            return None
+        return latest.parent / f"global_step_{latest.read_text(encoding='utf-8').strip()}"
+    return Path(resume).expanduser()
+
+
+def check_resume_state(cfg: TrainConfig) -> list[Problem]:
+    """The env slots saved in the checkpoint to resume (``verlog_rollout.pkl``) fit this run: the same number of
+    slots, the same env id (or the same task families), before Ray or a model starts."""
+    import pickle
+
+    folder = resume_folder(cfg)
+    path = None if folder is None else folder / "verlog_rollout.pkl"
+    if path is None or not path.is_file():
+        return []  # a fresh run, or a checkpoint without the file (the trainer names that one)
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as exc:  # a damaged file: unpickling can raise almost anything
+        return [
+            Problem(
+                "checkpoint.resume",
+                f"{path} cannot be read ({type(exc).__name__}: {exc}): resume from "
+                "another checkpoint, or start a new run (checkpoint.resume=disable)",
+            )
+        ]
+    if not isinstance(state, dict):
+        return []
+    fix = (
+        "resume with the settings of the run that saved it, or start a new run (checkpoint.resume=disable, or a new "
+        "output_dir)"
+    )
+    problems = []
+    saved_slots = state.get("num_slots")
+    if saved_slots is not None and saved_slots != cfg.rollout.num_slots:
+        problems.append(
+            Problem(
+                "rollout.num_slots",
+                f"the checkpoint {folder} has {saved_slots} env slots, this run "
+                f"{cfg.rollout.num_slots}: set rollout.num_slots={saved_slots}, or {fix}",
+            )
+        )
+    curriculum = state.get("curriculum")
+    if (curriculum is not None) != bool(cfg.env.tasks):
+        saved = "a multi-task run (env.tasks)" if curriculum is not None else "a single-task run"
+        problems.append(
+            Problem(
+                "env.tasks",
+                f"the checkpoint {folder} was saved by {saved} and this run is "
+                f"{'multi-task' if cfg.env.tasks else 'single-task'}: {fix}",
+            )
+        )
+    elif curriculum is not None:
+        saved_families = list(curriculum.get("families", []))
+        if saved_families != list(cfg.env.tasks):
+            problems.append(
+                Problem(
+                    "env.tasks",
+                    f"the checkpoint {folder} trains the task families {saved_families}, "
+                    f"this run {list(cfg.env.tasks)}: {fix}",
+                )
+            )
+    else:
+        saved_ids = set(state.get("env_ids") or [])
+        env_id = cfg.env.id or ""
+        if saved_ids and ":" not in env_id and saved_ids != {env_id}:
+            problems.append(
+                Problem(
+                    "env.id",
+                    f"the checkpoint {folder} holds env slots of {sorted(saved_ids)}, this run env.id={env_id}: {fix}",
+                )
+            )
+    return problems
 
 
 # ------------------------------------------------------------------------------------------------ output_dir

@@ -247,3 +247,56 @@ def test_values_that_leave_python_keep_their_type() -> None:
     assert not problems and str(cfg.hardware.vllm_kv_cache_gib) == "1"
     _, problems = typed_config(load_config(["hardware.vllm_kv_cache_gib=1.5"]))
     assert [p.key for p in problems] == ["hardware.vllm_kv_cache_gib"]
+
+
+def test_a_resume_with_other_env_slots_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The checkpoint's verlog_rollout.pkl (written here by a real pool's state) is read before launch."""
+    import pickle
+
+    from verlog.config.preflight import check_resume_state
+    from verlog.rollout import make_env_pool
+
+    pool = make_env_pool("toy/delayed", 4, env_kwargs={"length": 3})
+    pool.reset(seeds=0)
+    state = {"format": "verlog.rollout/1", "num_slots": 4, "env_ids": list(pool.env_ids), "curriculum": None}
+    step = tmp_path / "out" / "checkpoints" / "global_step_2"
+    step.mkdir(parents=True)
+    (step / "verlog_rollout.pkl").write_bytes(pickle.dumps(state))
+    (step.parent / "latest_checkpointed_iteration.txt").write_text("2")
+    cfg = TrainConfig()
+    cfg.output_dir = str(tmp_path / "out")
+    cfg.env.id, cfg.rollout.num_slots = "toy/delayed", 4
+    assert check_resume_state(cfg) == []  # auto: the latest checkpoint, the same slots
+    cfg.env.id, cfg.rollout.num_slots = "babyai/goto", 8
+    problems = {p.key: p.message for p in check_resume_state(cfg)}
+    assert "has 4 env slots, this run 8" in problems["rollout.num_slots"]
+    assert "['toy/delayed'], this run env.id=babyai/goto" in problems["env.id"]
+    cfg.env.tasks = {"a": "toy/delayed"}
+    assert "saved by a single-task run and this run is multi-task" in check_resume_state(cfg)[-1].message
+    cfg.checkpoint.resume = "disable"
+    assert check_resume_state(cfg) == []  # a fresh run reads no checkpoint
+    cfg.checkpoint.resume = str(step)
+    assert check_resume_state(cfg)  # an explicit path is read too
+
+
+@pytest.mark.parametrize(
+    ("overrides", "text"),
+    [
+        (["env=toy_lengths", "curriculum.kind=secc"], "curriculum.kind is 'secc' (did you mean 'sec'?)"),
+        (["env=toy_lengths", "curriculum.kind=sec", "curriculum.alpha=0"], "alpha"),
+        (["env=toy_lengths", "curriculum.kind=weighted"], "weight"),
+        (["curriculum.kind=sec"], "curriculum.kind=sec draws among task families, but env.tasks is empty"),
+        (["env=toy_lengths", "+env.tasks.bad=babyai/nope"], "env.tasks.bad 'babyai/nope' is not a registered env"),
+        (["env=toy_lengths", "+env.tasks.bad.env=toy/delayed"], "env.tasks.bad: give an env id"),
+        (["env=toy_lengths", "+env.tasks.bad.id=toy/delayed", "+env.tasks.bad.kwargs.colour=red"], "env.tasks.bad"),
+    ],
+)
+def test_multi_task_settings_are_checked_before_launch(overrides, text, capsys) -> None:
+    assert main(["--dry-run", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert text in err and "Traceback" not in err, err
+
+
+def test_multi_task_settings_pass(capsys) -> None:
+    assert main(["--dry-run", "env=toy_lengths", "curriculum.kind=sec"]) == 0
+    assert main(["--dry-run", "env=babyai_tasks", "curriculum.kind=weighted"]) == 0
