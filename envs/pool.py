@@ -584,6 +584,26 @@ class EnvPool:
                 out[i] = result[1:]
         return out
 
+    def restart_episode(self, slot: int) -> tuple[TextObservation, dict[str, Any]]:
+        """End ``slot``'s running episode from the main process and start its next one (its next seed and next
+        options, as after an env fault); returns the new episode's ``(obs, info)``. For what only the caller can
+        see, e.g. an observation that does not fit the prompt budget."""
+        self._check_open()
+        self._check_slot(slot)
+        record = self._slots[slot]
+        w = record.worker
+        with self._undo_on_interrupt():
+            reply = self._exchange([w], "reset", {w: [(slot, record.next_seed, record.next_options)]})[w]
+        if isinstance(reply, Failure):
+            self._stale.add(w)  # rebuilt from the records on the next call
+            raise EnvPoolError(f"worker {w} failed while restarting slot {slot}: {reply.reason}")
+        result = reply[0]
+        if result[0] != "ok":
+            raise EnvPoolError(f"restarting the episode of slot {slot} ({self.env_ids[slot]}) failed:\n{result[1]}")
+        record.start_next_episode(result[1], result[2])
+        self._report_info_warning(slot, result[2])
+        return result[1], result[2]
+
     def episode_seed(self, slot: int) -> int | None:
         """The seed ``slot``'s current episode was reset with; None when it was reset unseeded or restored from a
         saved state (its seed is then whatever the saving run recorded)."""

@@ -34,10 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from verlog.errors import VerlogError
+from verlog.errors import PromptTooLongError, VerlogError
 from verlog.memory import BuiltPrompt, SlidingMemory
 from verlog.rollout.batch import EpisodeStats, TurnRow
 from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
+
+FIRST_PROMPT_TRIES = 3
+"""Episodes in a row a training slot may skip because their first observation does not fit the prompt budget."""
 
 
 class StepperError(VerlogError, RuntimeError):
@@ -449,9 +452,15 @@ class EpisodeStepper:
         stepped = Stepped(row=row, prompt=turn.prompt, answer=answer, info=final_info)
         if not ended:
             memory.observe(obs.long_term, obs.short_term)
-            self.images[slot] = getattr(obs, "image", None)
-            stepped.next_observation = obs
-            return stepped
+            overflow = self._overflow(slot) if continue_episodes else None
+            if overflow is None:
+                self.images[slot] = getattr(obs, "image", None)
+                stepped.next_observation = obs
+                return stepped
+            # the observation does not fit the prompt budget even alone: this slot's episode ends here (truncated,
+            # with the error named), the pool starts its next one, and the other slots go on
+            row.truncated, row.env_error = True, overflow
+            obs, _ = self.pool.restart_episode(slot)
         row.success = bool(final_info.get("success", False))
         if row.truncated and self.bootstrap_prompts:  # bootstrap V(s_{t+1}) from the state the episode was cut in
             final_obs = info.get("final_observation")
@@ -477,5 +486,30 @@ class EpisodeStepper:
         )
         self.open[slot] = False
         if continue_episodes:
-            self.begin(slot, obs)
+            self._begin_fitting(slot, obs)
         return stepped
+
+    def _overflow(self, slot: int) -> str | None:
+        """Why ``slot``'s next prompt cannot be built within the budget (its observation is too long even with no
+        history), or None when it fits."""
+        if self.tokenizer is None or self.max_prompt_tokens is None:
+            return None
+        try:
+            self._build(self.memories[slot])
+        except PromptTooLongError as exc:
+            return f"PromptTooLongError: {exc}"
+        return None
+
+    def _begin_fitting(self, slot: int, obs: Any) -> None:
+        """:meth:`begin` the slot's next episode; one whose first observation does not fit the prompt budget is
+        skipped (the pool starts the next), up to :data:`FIRST_PROMPT_TRIES` times."""
+        for _ in range(FIRST_PROMPT_TRIES):
+            self.begin(slot, obs)
+            problem = self._overflow(slot)
+            if problem is None:
+                return
+            obs, _ = self.pool.restart_episode(slot)
+        raise PromptTooLongError(
+            f"slot {slot}: the first observation of {FIRST_PROMPT_TRIES} episodes in a row does not fit the prompt "
+            f"budget ({problem}); raise rollout.max_prompt_tokens or make the env's observations shorter"
+        )
