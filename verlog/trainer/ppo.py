@@ -46,6 +46,7 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
 from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, turn_level_advantages
+from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.group_advantage import GROUP_ESTIMATORS, group_advantages, spread_untrained_rows
 from verlog.rollout.batch import link_turns
@@ -88,52 +89,66 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     @property
     def verlog(self) -> Any:
+        """verlog's own config as verl carries it (``config.verlog``, a DictConfig; the trainer's tests build it)."""
         return self.config.verlog
+
+    @property
+    def settings(self) -> TrainConfig:
+        """``config.verlog`` typed (:class:`verlog.config.schema.TrainConfig`; checked before launch), read once."""
+        cached = self.__dict__.get("_settings")
+        if cached is None:
+            from omegaconf import OmegaConf
+
+            from verlog.config.checks import typed_config
+
+            cached, _ = typed_config(OmegaConf.create(OmegaConf.to_container(self.verlog, resolve=True)))
+            self.__dict__["_settings"] = cached
+        return cached
 
     # ------------------------------------------------------------------------------------------ workers
     def init_workers(self) -> None:
         super().init_workers()
-        alg = self.verlog.algorithm
-        if self.use_critic and float(alg.first_position_weight) != 1.0:
+        alg = self.settings.algorithm
+        if self.use_critic and alg.first_position_weight != 1.0:
             from verl.utils.config import omega_conf_to_dataclass
 
             from verlog.trainer.losses import critic_loss
 
             critic_cfg = omega_conf_to_dataclass(self.config.critic)
             self.critic_wg.set_loss_fn(
-                partial(critic_loss, config=critic_cfg, first_position_weight=float(alg.first_position_weight))
+                partial(critic_loss, config=critic_cfg, first_position_weight=alg.first_position_weight)
             )
         self.rollout = self._build_rollout()
-        self.async_rollout_manager.attach(self.rollout, int(self.verlog.rollout.turns_per_slot))
+        self.async_rollout_manager.attach(self.rollout, self.settings.rollout.turns_per_slot)
         self._tapes = self._build_tapes()
 
     def _build_rollout(self) -> RolloutManager:
         from verlog.memory import PromptTemplate, SlidingMemory
         from verlog.tapes import TapeSettings, frame_env_kwargs
 
-        v = self.verlog
+        v = self.settings
         env = v.env
-        frames = TapeSettings.from_config(v).frames
-        env_kwargs = dict(env.kwargs or {})
+        frames = TapeSettings.from_config(self.verlog).frames
+        env_kwargs = dict(env.kwargs)
         env_id, curriculum = str(env.id), None
-        if env.get("tasks"):  # multi-task: every slot a MultiTaskEnv; the curriculum draws each episode's family
+        if env.tasks:  # multi-task: every slot a MultiTaskEnv; the curriculum draws each episode's family
             env_id, env_kwargs, curriculum = self._multitask(env_kwargs, frames)
         elif frames:
             env_kwargs = frame_env_kwargs(env_id, env_kwargs)
         pool = make_env_pool(
             env_id,
-            int(v.rollout.num_slots),
+            v.rollout.num_slots,
             env_kwargs=env_kwargs,
-            in_process=bool(env.in_process),
+            in_process=env.in_process,
             num_workers=env.num_workers,
-            seed=int(v.seed),
+            seed=v.seed,
             keep_images=frames,
         )
         sampling = SamplingConfig(
-            temperature=float(v.sampling.temperature),
-            top_p=float(v.sampling.top_p),
-            top_k=int(v.sampling.top_k),
-            max_tokens=int(v.rollout.max_response_tokens),
+            temperature=v.sampling.temperature,
+            top_p=v.sampling.top_p,
+            top_k=v.sampling.top_k,
+            max_tokens=v.rollout.max_response_tokens,
         )
         memory = v.memory
         return RolloutManager(
@@ -141,30 +156,28 @@ class VerlogPPOTrainer(RayPPOTrainer):
             self.tokenizer,
             VerlServerGenerator(self.async_rollout_manager.llm_client),
             sampling,
-            max_prompt_tokens=int(v.rollout.max_prompt_tokens),
+            max_prompt_tokens=v.rollout.max_prompt_tokens,
             memory_factory=lambda: SlidingMemory(
-                n=int(memory.n),
-                keep_reasoning_turns=int(memory.keep_reasoning_turns),
-                template=PromptTemplate.for_answer_format(str(memory.get("answer_format", "cot"))),
+                n=memory.n,
+                keep_reasoning_turns=memory.keep_reasoning_turns,
+                template=PromptTemplate.for_answer_format(memory.answer_format),
             ),
-            seed=int(v.seed),
-            run_id=str(v.run_name),
-            generation_retries=int(v.rollout.generation_retries),
-            group_size=int(v.rollout.group_size) if self._estimator() in GROUP_ESTIMATORS else None,
+            seed=v.seed,
+            run_id=v.run_name,
+            generation_retries=v.rollout.generation_retries,
+            group_size=v.rollout.group_size if self._estimator() in GROUP_ESTIMATORS else None,
             curriculum=curriculum,
         )
 
     def _multitask(self, env_kwargs: dict[str, Any], frames: bool) -> tuple[str, dict[str, Any], Any]:
         """``env.tasks`` -> the pool's env id and kwargs (``envs.multitask.MultiTaskEnv``: each family's env with
         ``env.kwargs`` and its own kwargs) and the run's :class:`verlog.curriculum.TaskCurriculum`."""
-        from omegaconf import OmegaConf
-
         from envs.multitask import MULTITASK_ENV_ID
-        from verlog.config.checks import curriculum_settings, typed_config
+        from verlog.config.checks import curriculum_settings
         from verlog.curriculum import TaskCurriculum, parse_task_families
         from verlog.tapes import frame_env_kwargs
 
-        typed, _ = typed_config(OmegaConf.create(OmegaConf.to_container(self.verlog, resolve=True)))
+        typed = self.settings
         families = parse_task_families(typed.env.tasks)
         tasks = {
             f.name: {
@@ -178,19 +191,19 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     def _estimator(self) -> str:
         """``algorithm.estimator``: dual_gae, grpo or gigpo."""
-        return str(self.verlog.algorithm.get("estimator", "dual_gae"))
+        return self.settings.algorithm.estimator
 
     def _build_tapes(self) -> Any:
         from verlog.tapes import TapeSettings, TrainingTapes
 
-        v = self.verlog
+        v = self.settings
         return TrainingTapes(
-            str(v.output_dir),
-            TapeSettings.from_config(v),
+            v.output_dir,
+            TapeSettings.from_config(self.verlog),
             self.tokenizer,
             env_id=str(v.env.id),
-            parse_mode=str((v.env.kwargs or {}).get("parse_mode", "strict")),
-            seed=int(v.seed),
+            parse_mode=str(v.env.kwargs.get("parse_mode", "strict")),
+            seed=v.seed,
         )
 
     def _world_size(self) -> int:
@@ -237,7 +250,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def compute_advantage(self, data: DataProto, *args: Any, **kwargs: Any) -> DataProto:
         """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``); the
         group estimators go to :meth:`_group_advantage`."""
-        alg = self.verlog.algorithm
+        alg = self.settings.algorithm
         if self._estimator() in GROUP_ESTIMATORS:
             return self._group_advantage(data)
         nt = data.non_tensor_batch
@@ -253,16 +266,16 @@ class VerlogPPOTrainer(RayPPOTrainer):
             next_row,
             next_values,
             torch.as_tensor(nt["terminated"].astype(bool)),
-            token_gamma=float(alg.token_gamma),
-            token_lam=float(alg.token_lam),
-            step_gamma=float(alg.step_gamma),
-            step_lam=float(alg.step_lam),
+            token_gamma=alg.token_gamma,
+            token_lam=alg.token_lam,
+            step_gamma=alg.step_gamma,
+            step_lam=alg.step_lam,
         )
         self._check_finite(advantages, keys, "advantage (the critic's values or the bootstrap values)")
         raw = advantages
-        if str(alg.get("advantage_level", "token")) == "turn":
+        if alg.advantage_level == "turn":
             advantages = turn_level_advantages(advantages, mask)
-        if bool(alg.whiten_advantages):
+        if alg.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
@@ -282,7 +295,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         """GRPO / GiGPO over the rows of whole episodes (docs/algorithms.md, "Group estimators"): each row's
         advantage on all its response tokens, no whitening; untrained rows (idle, unfinished) get 0 and are dealt
         over the mini-batches so that none is left without a trained row."""
-        alg = self.verlog.algorithm
+        alg = self.settings.algorithm
         nt = data.non_tensor_batch
         keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
         if "group_id" not in nt:
@@ -301,9 +314,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
             nt["group_id"].tolist(),
             nt["anchor"].tolist(),
             nt["trained"].astype(bool).tolist(),
-            norm=str(alg.get("group_norm", "mean_std")),
-            gamma=float(alg.get("gigpo_step_gamma", 0.95)),
-            omega=float(alg.get("gigpo_omega", 1.0)),
+            norm=alg.group_norm,
+            gamma=alg.gigpo_step_gamma,
+            omega=alg.gigpo_omega,
         )
         self._check_finite(out.advantages, keys, "advantage")
         data.batch["advantages"] = out.advantages
@@ -382,7 +395,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             rows = torch.nonzero(bad).squeeze(1).tolist()
             where = ", ".join(f"episode {keys[i][0]} turn {keys[i][1]}" for i in rows[:5])
             raise VerlogError(
-                f"a non-finite {what} in {len(rows)} row(s) of env {self.verlog.env.id!r}: {where}; an env must "
+                f"a non-finite {what} in {len(rows)} row(s) of env {self.settings.env.id!r}: {where}; an env must "
                 "return finite float rewards (check its step() for NaN or inf)"
             )
 
@@ -409,7 +422,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _on_fit_start(self, resumed: bool) -> None:
         """verlog's start hook (after the checkpoint is loaded, before the first iteration): the critic warm-up on
         a fresh run (``algorithm.warmup_rollout_multiplier`` > 1)."""
-        if not resumed and int(self.verlog.algorithm.warmup_rollout_multiplier) > 1:
+        if not resumed and self.settings.algorithm.warmup_rollout_multiplier > 1:
             self._warmup_critic()
 
     def _restore_rollout_state(self) -> None:
@@ -435,9 +448,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _warmup_critic(self) -> None:
         """Verlog's critic warm-up: one rollout ``warmup_rollout_multiplier`` times the usual size, then
         ``warmup_critic_updates`` critic-only updates on it, before the first PPO iteration (fresh runs only)."""
-        alg = self.verlog.algorithm
-        turns = int(self.verlog.rollout.turns_per_slot) * int(alg.warmup_rollout_multiplier)
-        updates = int(alg.warmup_critic_updates)
+        alg = self.settings.algorithm
+        turns = self.settings.warmup_rollout_turns
+        updates = alg.warmup_critic_updates
         self.checkpoint_manager.update_weights(self.global_steps)  # vLLM starts from placeholder weights
         start = time.time()
         batch = self.rollout.collect(turns)
@@ -504,7 +517,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         return metrics
 
     def log_jsonl(self, data: dict[str, Any], step: int, rollout: bool = True) -> None:
-        out = str(self.verlog.output_dir)
+        out = self.settings.output_dir
         os.makedirs(out, exist_ok=True)
         record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
         with open(os.path.join(out, "metrics.jsonl"), "a") as f:
