@@ -129,10 +129,12 @@ def eval_sampling(cfg: DictConfig) -> SamplingConfig:
 
 
 def steps_per_slot(cfg: DictConfig) -> int:
-    """Most env steps one training slot takes in the run (iterations, plus the critic warm-up's larger rollout)."""
-    turns = int(cfg.rollout.turns_per_slot)
-    multiplier = int(OmegaConf.select(cfg, "algorithm.warmup_rollout_multiplier", default=1) or 1)
-    return turns * int(cfg.iterations) + (turns * multiplier if multiplier > 1 else 0)
+    """Most env steps one training slot takes in the run (iterations, plus the critic warm-up's larger rollout):
+    :attr:`verlog.config.schema.TrainConfig.max_turns_per_slot`, the one definition."""
+    from verlog.config.checks import typed_config
+
+    typed, _ = typed_config(cfg)
+    return typed.max_turns_per_slot
 
 
 def training_seed_overlap(cfg: DictConfig, eval_seeds: Sequence[int]) -> tuple[list[int], list[int]]:
