@@ -556,7 +556,8 @@ METHOD_NOTES = """## How the settings were chosen
 (The same reasoning is in `recipes/cpu/learn_babyai.sh`'s header; the measured trial behind it is in
 `shared/STACK.md`, "BabyAI goto learns on this CPU". The levers of issue 13, and which were used:)
 
-- **Reward** (used): the env's binary success plus the 0.1 format penalty, now *added* to the env's reward. The
+- **Reward** (used): the env's binary success plus the format penalty (0.2 since v5; 0.1 in v3/v4, which missed
+  the 90% valid-action target at 88.8%), now *added* to the env's reward. The
   earlier runs replaced the reward with -0.1 on an invalid answer, so a success reached by the default action was
   worth -0.1, and PPO learnt the format rather than the task.
 - **Answers and prompts** (used): the action alone (`ANSWER_FORMAT=action`: `ACTION: <action>` + EOS, about 6

@@ -27,7 +27,7 @@
 #                       (bootstrapped with V) [terminate]
 #   ANSWER_FORMAT       action (the ACTION line alone) or cot (THINK then ACTION), in demos, SFT, PPO, evaluation
 #                       [action]
-#   FORMAT_PENALTY      subtracted from an invalid answer's reward (added to the env's reward) [0.1]
+#   FORMAT_PENALTY      subtracted from an invalid answer's reward (added to the env's reward) [0.2]
 #   DEMO_EPISODES, DEMO_VAL_EPISODES, DEMO_SEED_START   expert episodes, of which the last K for validation, first
 #                       seed [1000, 20, 0; smoke 24, 0]
 #   MODEL_HIDDEN, MODEL_LAYERS, MODEL_HEADS, MODEL_KV_HEADS, MODEL_FFN, MODEL_VOCAB   the random-weight Qwen2 that
@@ -55,8 +55,9 @@
 #
 # How these were chosen (docs/results.md has the measured runs, the earlier attempts and the same notes at length;
 # shared/STACK.md "BabyAI goto learns on this CPU" the trial they come from):
-# - Reward: binary success plus the 0.1 format penalty, ADDED to the env's reward (it used to replace it, which
-#   made PPO learn the format instead of the task).
+# - Reward: binary success plus a 0.2 format penalty, ADDED to the env's reward (it used to replace it, which
+#   made PPO learn the format instead of the task). 0.2 rather than 0.1: valid actions after PPO 91.3% against
+#   88.8% (v5 vs v4 in docs/results.md, docs/results_goto_v4.md; the issue asks for 90%).
 # - Answers: the action alone (about 6 tokens with EOS instead of about 36), so PPO trains on the decision and a
 #   192-row iteration costs about 15 s; memory n = 1, prompts of about 270-340 tokens.
 # - Model: 128 hidden x 2 layers (about 0.4M parameters), about 7x faster per row than the earlier 11M model.
@@ -115,7 +116,7 @@ TASK="${TASK:-goto}"
 MAX_STEPS="${MAX_STEPS:-12}"
 TIME_LIMIT="${TIME_LIMIT:-terminate}"
 ANSWER_FORMAT="${ANSWER_FORMAT:-action}"
-FORMAT_PENALTY="${FORMAT_PENALTY:-0.1}"
+FORMAT_PENALTY="${FORMAT_PENALTY:-0.2}"
 DEMO_EPISODES="${DEMO_EPISODES:-1000}"
 DEMO_VAL_EPISODES="${DEMO_VAL_EPISODES:-20}"
 DEMO_SEED_START="${DEMO_SEED_START:-0}"
