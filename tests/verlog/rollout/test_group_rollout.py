@@ -41,13 +41,6 @@ class _ScriptedGenerator:
         return out
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
 def _manager(tokenizer, *, slots=8, group_size=4, seed=10, max_steps=3, factory=VariableLengthEnv):
     from envs.pool import EnvPool
 

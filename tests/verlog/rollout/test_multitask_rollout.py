@@ -9,25 +9,13 @@ import pickle
 import pytest
 
 from verlog.curriculum import CurriculumSettings, TaskCurriculum, curriculum_metrics, family_abs_advantage
-from verlog.rollout import RolloutManager, SamplingConfig, TransformersGenerator, make_env_pool
+from verlog.rollout import RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.manager import RolloutStateError
 
 TASKS = {
     "len1": {"env_id": "toy/delayed", "kwargs": {"length": 1}},
     "len3": {"env_id": "toy/delayed", "kwargs": {"length": 3}},
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_model, tokenizer):
-    return TransformersGenerator(str(tiny_model), tokenizer, seed=0)
 
 
 def _manager(tokenizer, generator, curriculum, *, slots=4, **kw):

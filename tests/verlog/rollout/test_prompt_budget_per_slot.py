@@ -10,7 +10,7 @@ import pytest
 from envs.core import TextObservation
 from envs.pool import EnvPool
 from envs.toy import DelayedRewardEnv
-from verlog.rollout import RolloutManager, SamplingConfig, TransformersGenerator
+from verlog.rollout import RolloutManager, SamplingConfig
 
 
 class HugeSecondObservation(DelayedRewardEnv):
@@ -30,17 +30,9 @@ class HugeSecondObservation(DelayedRewardEnv):
         return super()._observe()
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
 @pytest.mark.slow
-def test_a_too_long_observation_cuts_only_its_slot(tiny_model, tokenizer):
+def test_a_too_long_observation_cuts_only_its_slot(tokenizer, generator):
     pool = EnvPool(HugeSecondObservation, num_envs=2, env_kwargs={"length": 4}, in_process=True, seed=0)
-    generator = TransformersGenerator(str(tiny_model), tokenizer, seed=0)
     m = RolloutManager(pool, tokenizer, generator, SamplingConfig(max_tokens=4), max_prompt_tokens=512, seed=0)
     batch = m.collect(4)  # slot 0 resets with seed 0 (even: huge at its second turn), slot 1 with seed 1
     assert len(batch) == 8

@@ -10,21 +10,8 @@ from verlog.rollout import (
     GenerationRequest,
     RolloutManager,
     SamplingConfig,
-    TransformersGenerator,
     make_env_pool,
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_model, tokenizer):
-    return TransformersGenerator(str(tiny_model), tokenizer, seed=0)
 
 
 def _manager(tokenizer, generator, *, slots=3, max_steps=5, seed=0, env_id="babyai/goto", **kw):

@@ -37,13 +37,6 @@ SAMPLING = SamplingConfig(temperature=1.0, max_tokens=32)
 SCRIPT = ["go forward", "turn left", "fly away", "go forward", "turn right", "go forward"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
 class ScriptedGenerator:
     """A deterministic stand-in for vLLM: the answer of an episode's k-th request is ``SCRIPT[k]``, whatever the
     request id looks like; records every prompt by request id, and fails the requests named in ``fail``."""
