@@ -116,5 +116,6 @@ def test_configuration_doc_lists_every_key_and_option():
         for option in group_options(DEFAULT_CONFIG_DIR, group):
             assert f"{option}" in doc, f"docs/configuration.md does not mention {group}={option}"
             keys |= set(flat_keys(load_config([f"{group}={option}"])))
-    missing = [k for k in sorted(keys) if f"`{k}`" not in doc and not k.startswith("model.tiny.")]
+    # model.tiny.* and the families under env.tasks are free-form (their keys are the user's names)
+    missing = [k for k in sorted(keys) if f"`{k}`" not in doc and not k.startswith(("model.tiny.", "env.tasks."))]
     assert not missing, f"docs/configuration.md does not describe {missing}"
