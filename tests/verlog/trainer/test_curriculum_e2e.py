@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ EVAL_EPISODES = 2
 def run(tiny_model, tmp_path_factory):
     base = tmp_path_factory.mktemp("curriculum_e2e")
     out = base / "run"
+    ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")  # short: Ray's socket paths have a length limit
     args = [
         sys.executable,
         "-m",
@@ -48,9 +51,12 @@ def run(tiny_model, tmp_path_factory):
         "evaluation.every=2",
         f"evaluation.episodes={EVAL_EPISODES}",
         "checkpoint.save_freq=3",
-        f"hardware.ray.temp_dir={base / 'ray'}",
+        f"hardware.ray.temp_dir={ray_tmp}",
     ]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    try:
+        proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     (base / "run.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
