@@ -83,70 +83,60 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = ()) -> Tra
 
 # ------------------------------------------------------------------------------------------------ env
 def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -> list[Problem]:
-    """``env.imports`` import, ``env.id`` resolves, the env builds with ``env.kwargs`` (less the keys in ``drop``)
-    and resets; with ``budget``, its instruction and first observation fit the prompt budget
-    (:func:`check_prompt_budget`)."""
+    """``env.imports`` import, then each env the slots will play (``env.id``, or every family of ``env.tasks``)
+    resolves, builds with ``env.kwargs`` (less the keys in ``drop``; a family's own kwargs over them) and resets;
+    with ``budget``, its instruction and first observation fit the prompt budget (:func:`check_prompt_budget`)."""
     from verlog.commands.common import UsageError, build_env, check_env_id, import_user_modules
+    from verlog.curriculum import CurriculumSettingsError, parse_task_families
 
     try:
         import_user_modules(cfg.env.imports, "env.imports")
     except UsageError as exc:
         return [Problem("env.imports", str(exc))]
+    shared = {k: v for k, v in cfg.env.kwargs.items() if k not in drop}
     if cfg.env.tasks:  # multi-task: the families' envs (env.id is not built)
-        return check_task_envs(cfg, budget=budget)
-    if not cfg.env.id:
-        return []  # reported by check_values
-    try:
-        check_env_id(cfg.env.id, "env.id")
-        kwargs = {k: v for k, v in cfg.env.kwargs.items() if k not in drop}
-        env = build_env(cfg.env.id, kwargs, "env.kwargs", seed=cfg.seed)
-    except UsageError as exc:
-        bad = re.search(r"takes no keyword argument '(\w+)'", str(exc))
-        if bad is None:
-            return [Problem("env", str(exc))]
-        return [
-            Problem(
-                "env.kwargs",
-                f"{exc} The env config (env.name={cfg.env.name}) sets env.kwargs {sorted(cfg.env.kwargs)}: drop this "
-                f"one with ~env.kwargs.{bad.group(1)}, or for an env of your own start from env=custom (no kwargs but "
-                "the ones you add: +env.kwargs.NAME=VALUE) or an env config of your own (--config-dir DIR with "
-                "DIR/env/NAME.yaml)",
-            )
-        ]
-    try:
-        return check_prompt_budget(cfg, env) if budget else []
-    finally:
-        env.close()
-
-
-def check_task_envs(cfg: TrainConfig, budget: bool = True) -> list[Problem]:
-    """Multi-task training: every family of ``env.tasks`` builds with ``env.kwargs`` and its own kwargs, resets, and
-    (with ``budget``) its first prompt fits the budget."""
-    from verlog.commands.common import UsageError, build_env, check_env_id
-    from verlog.curriculum import CurriculumSettingsError, parse_task_families
-
-    try:
-        families = parse_task_families(cfg.env.tasks)
-    except CurriculumSettingsError:
-        return []  # reported by check_curriculum
-    problems: list[Problem] = []
-    for family in families:
-        key = f"env.tasks.{family.name}"
         try:
-            check_env_id(family.env_id, key)
-            kwargs = {**cfg.env.kwargs, **family.kwargs}
-            env = build_env(family.env_id, kwargs, f"{key} (with env.kwargs)", seed=cfg.seed)
+            families = parse_task_families(cfg.env.tasks)
+        except CurriculumSettingsError:
+            return []  # reported by check_curriculum
+        targets = [
+            (f"env.tasks.{f.name}", f"task family {f.name!r}: ", f.env_id, {**shared, **f.kwargs}) for f in families
+        ]
+    elif cfg.env.id:
+        targets = [("env.id", "", cfg.env.id, shared)]
+    else:
+        return []  # reported by check_values
+    problems: list[Problem] = []
+    for key, label, env_id, kwargs in targets:
+        try:
+            check_env_id(env_id, key)
+            env = build_env(env_id, kwargs, f"{key} (with env.kwargs)" if label else "env.kwargs", seed=cfg.seed)
         except UsageError as exc:
-            problems.append(Problem(key, str(exc)))
+            problems.append(_env_build_problem(cfg, key, label, exc))
             continue
         try:
             if budget:
-                problems += [
-                    Problem(p.key, f"task family {family.name!r}: {p.message}") for p in check_prompt_budget(cfg, env)
-                ]
+                problems += [Problem(p.key, label + p.message) for p in check_prompt_budget(cfg, env)]
         finally:
             env.close()
     return problems
+
+
+def _env_build_problem(cfg: TrainConfig, key: str, label: str, exc: Exception) -> Problem:
+    """The problem of an env that did not build: for ``env.id``, a keyword argument the env does not take names the
+    env config that set it and how to drop it."""
+    bad = re.search(r"takes no keyword argument '(\w+)'", str(exc))
+    if label:
+        return Problem(key, str(exc))
+    if bad is None:
+        return Problem("env", str(exc))
+    return Problem(
+        "env.kwargs",
+        f"{exc} The env config (env.name={cfg.env.name}) sets env.kwargs {sorted(cfg.env.kwargs)}: drop this "
+        f"one with ~env.kwargs.{bad.group(1)}, or for an env of your own start from env=custom (no kwargs but "
+        "the ones you add: +env.kwargs.NAME=VALUE) or an env config of your own (--config-dir DIR with "
+        "DIR/env/NAME.yaml)",
+    )
 
 
 class CharTokenEstimate:
