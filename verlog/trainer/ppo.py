@@ -97,11 +97,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
         """``config.verlog`` typed (:class:`verlog.config.schema.TrainConfig`; checked before launch), read once."""
         cached = self.__dict__.get("_settings")
         if cached is None:
-            from omegaconf import OmegaConf
-
             from verlog.config.checks import typed_config
 
-            cached, _ = typed_config(OmegaConf.create(OmegaConf.to_container(self.verlog, resolve=True)))
+            cached, _ = typed_config(self.verlog)
             self.__dict__["_settings"] = cached
         return cached
 
