@@ -107,15 +107,13 @@ def family_protocols(cfg: DictConfig) -> tuple[tuple[str, EvalProtocol], ...]:
 
 
 def family_metrics(name: str, records: Sequence[EpisodeRecord]) -> dict[str, float]:
-    """``eval/<family>/success``, ``/return``, ``/valid_action_rate`` (means) and ``/episodes`` of one family."""
+    """``eval/<family>/success``, ``/return``, ``/valid_action_rate`` (means, read as :data:`_MEASURES` reads them)
+    and ``/episodes`` of one family."""
     n = max(len(records), 1)
     p = f"{EVAL_PREFIX}{name}/"
-    return {
-        p + "success": sum(float(r.success) for r in records) / n,
-        p + "return": sum(float(r.episode_return) for r in records) / n,
-        p + "valid_action_rate": sum(float(r.valid_action_rate) for r in records) / n,
-        p + "episodes": float(len(records)),
-    }
+    out = {p + m: sum(_MEASURES[m](r) for r in records) / n for m in ("success", "return", "valid_action_rate")}
+    out[p + "episodes"] = float(len(records))
+    return out
 
 
 def eval_sampling(cfg: DictConfig) -> SamplingConfig:

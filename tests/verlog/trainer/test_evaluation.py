@@ -162,3 +162,26 @@ def test_a_failing_evaluation_does_not_stop_training(tmp_path: Path, monkeypatch
     evaluator = TrainingEvaluator.from_config(load_config([*ON, f"output_dir={tmp_path}"]))
     assert evaluator.run(object(), object(), iteration=2) == {"eval/failed": 1.0}
     assert "[verlog] eval at iteration 2 failed (RuntimeError: env exploded)" in capsys.readouterr().out
+
+
+def test_multi_task_runs_evaluate_each_family_on_its_own():
+    from verlog.trainer.evaluation import family_metrics, family_protocols
+
+    cfg = load_config(["env=toy_lengths", "evaluation.every=2", "evaluation.episodes=3"])
+    protocols = dict(family_protocols(cfg))
+    assert list(protocols) == ["len2", "len4", "len8"]
+    assert protocols["len8"].tasks == ("toy/delayed",) and protocols["len8"].env_kwargs["length"] == 8
+    assert protocols["len2"].env_kwargs["parse_mode"] == "strict"  # env.kwargs shared, the family's over them
+    assert protocols["len2"].seed_list() == protocols["len8"].seed_list()  # the same held-out seeds
+    assert family_protocols(load_config(["env=toy_delayed"])) == ()
+    records = [
+        EpisodeRecord(env_id="toy/delayed", episode_index=i, seed=i, success=i == 0, episode_return=r, num_steps=2,
+                      valid_actions=v)
+        for i, (r, v) in enumerate([(1.0, 2), (0.5, 1)])
+    ]  # fmt: skip
+    assert family_metrics("len2", records) == {
+        "eval/len2/success": 0.5,
+        "eval/len2/return": 0.75,
+        "eval/len2/valid_action_rate": 0.75,
+        "eval/len2/episodes": 2.0,
+    }
