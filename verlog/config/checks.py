@@ -14,13 +14,16 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from verlog.config import schema
 from verlog.config.schema import LOGGERS, RESUME_MODES, TrainConfig
 from verlog.errors import VerlogError
+
+if TYPE_CHECKING:
+    from verlog.curriculum import CurriculumSettings
 
 
 @dataclass(frozen=True)
@@ -368,7 +371,7 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     return problems
 
 
-def curriculum_settings(cfg: TrainConfig) -> Any:
+def curriculum_settings(cfg: TrainConfig) -> CurriculumSettings:
     """``curriculum`` and the families' weights as :class:`verlog.curriculum.CurriculumSettings`."""
     from verlog.curriculum import CurriculumSettings, parse_task_families
 
