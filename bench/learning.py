@@ -647,13 +647,43 @@ def as_dict(results: LearningResults) -> dict[str, Any]:
     }
 
 
+def check_start(run_dir: str | Path, eval_name: str, bound: float) -> int:
+    """Exit status of the start bound: 0 when ``run_dir``'s ``eval_<eval_name>`` has a success rate of at most
+    ``bound``, 2 (with one line naming the fix) when it is above, 1 when there is no such evaluation."""
+    result = load_eval(Path(run_dir) / f"eval_{eval_name}", eval_name, n_resamples=1000)
+    if result is None:
+        folder = Path(run_dir) / f"eval_{eval_name}"
+        print(f"error: no evaluation in {folder} to check the start bound on", file=sys.stderr)
+        return 1
+    rate = result.success.estimate
+    if rate > bound:
+        print(
+            f"[learning] the start model wins {100 * rate:.1f}% of {len(result.records)} evaluation episodes, above "
+            f"the start bound of {100 * bound:.0f}%: PPO would have too little room; rerun with a new OUTPUT_DIR and "
+            "fewer SFT_STEPS (or WARM_START_STEPS)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"[learning] start model: {100 * rate:.1f}% success, within the start bound of {100 * bound:.0f}%")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="the recipe's run folder (its OUTPUT_DIR)")
     parser.add_argument("--out", default="docs/results.md", help="the markdown to write (default: docs/results.md)")
     parser.add_argument("--bootstrap-resamples", type=int, default=10_000, help="resamples of every interval")
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap resampling")
+    parser.add_argument(
+        "--check-start",
+        metavar="EVAL",
+        help="only check that the start model's evaluation (the run folder's "
+        "eval_EVAL) has a success rate of at most --start-bound; exit 2 with one line when it is above",
+    )
+    parser.add_argument("--start-bound", type=float, default=0.5, help="the bound of --check-start (default 0.5)")
     args = parser.parse_args(argv)
+    if args.check_start:
+        return check_start(args.run_dir, args.check_start, args.start_bound)
     try:
         md, png = write_results(args.run_dir, args.out, n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
     except (VerlogError, ValueError) as exc:

@@ -356,6 +356,9 @@ def _check_links(nxt: torch.Tensor, term: torch.Tensor, boot: torch.Tensor, leng
 ADVANTAGE_LEVELS = ("token", "turn")
 """``algorithm.advantage_level``: each response token keeps its own GAE advantage (``token``), or every token of a
 turn gets the turn's first-position advantage ``A[t, 0]`` (``turn``, baseline ``V(s_t)``)."""
+BOUNDARIES = ("bootstrap", "cut")
+"""``algorithm.boundary``: an episode that goes on past the end of an iteration continues with ``V(s_T)``
+(``bootstrap``) or its return ends there (``cut``: next value 0, as at a terminal state)."""
 
 
 def turn_level_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

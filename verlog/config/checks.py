@@ -204,7 +204,7 @@ def _choice(key: str, value: str, options: Iterable[str], meaning: str = "") -> 
 def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
     from envs.actions import PARSE_MODES
-    from verlog.advantage import ADVANTAGE_LEVELS
+    from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES
     from verlog.group_advantage import ESTIMATORS, GROUP_NORMS
     from verlog.memory import ANSWER_FORMATS
 
@@ -220,6 +220,7 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
         _choice("algorithm.estimator", cfg.algorithm.estimator, ESTIMATORS, "dual_gae: critic; grpo, gigpo: groups"),
         _choice("algorithm.group_norm", cfg.algorithm.group_norm, GROUP_NORMS),
         _choice("algorithm.advantage_level", cfg.algorithm.advantage_level, ADVANTAGE_LEVELS),
+        _choice("algorithm.boundary", cfg.algorithm.boundary, BOUNDARIES, "bootstrap: V(s_T), verlog's"),
     ]
     mode = cfg.env.kwargs.get("parse_mode")
     if mode is not None:

@@ -145,6 +145,9 @@ class AlgorithmConfig:
         step_gamma, step_lam: discount and GAE lambda across turns, in [0, 1].
         token_gamma, token_lam: discount and GAE lambda within a turn, in [0, 1].
         advantage_level: ``token`` (per-token GAE) or ``turn`` (the turn's first-position advantage on every token).
+        boundary: what the end of an iteration means for an episode that goes on: ``bootstrap`` (its last row's
+            return continues with the critic's ``V(s_T)``, verlog's) or ``cut`` (treated as the episode's end, no
+            bootstrap: what Verlog does at a time limit; for the ablation in docs/results_long_horizon.md).
         whiten_advantages: normalise advantages over the batch.
         kl_in_reward, kl_coef: KL penalty to the reference policy in the reward, and its coefficient.
         entropy_coeff: entropy bonus of the actor loss.
@@ -168,6 +171,7 @@ class AlgorithmConfig:
     token_gamma: float = 1.0
     token_lam: float = 1.0
     advantage_level: str = "token"
+    boundary: str = "bootstrap"
     whiten_advantages: bool = True
     kl_in_reward: bool = True
     kl_coef: float = 0.001

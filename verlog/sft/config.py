@@ -33,12 +33,15 @@ class SFTModelConfig:
         tiny: sizes for ``build_tiny_model`` (``hidden_size``, ``num_layers``, ``num_heads``, ...).
         tokenizer_corpus: texts to train the tiny model's tokenizer on, added to verlog's default corpus
             (e.g. the demo answers); empty: the default corpus only.
+        tokenizer_from_data: also train the tiny tokenizer on the message texts of the training rows (``data.train``),
+            so an env's own words become whole tokens: BabaIsAI prompts shrink from about 1,120 to 750 tokens.
     """
 
     path: str = "outputs/sft/base-model"
     build_tiny: bool = False
     tiny: dict[str, int] = field(default_factory=dict)
     tokenizer_corpus: list[str] = field(default_factory=list)
+    tokenizer_from_data: bool = False
 
 
 @dataclass

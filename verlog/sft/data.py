@@ -126,6 +126,17 @@ def check_data(
     return DataReport(path, len(lengths), max(lengths), sum(lengths) / len(lengths), loss_tokens)
 
 
+def data_texts(path: str) -> list[str]:
+    """The message texts of an SFT parquet file's rows, in row order (a tokenizer corpus: see
+    ``model.tokenizer_from_data``)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    if "messages" not in frame.columns:
+        raise SFTDataError(f"{path} has no 'messages' column: write the data with `verlog demos`")
+    return [m["content"] for i, raw in enumerate(frame["messages"]) for m in _as_messages(raw, f"{path} row {i}")]
+
+
 def _as_messages(raw: Any, where: str) -> list[dict[str, str]]:
     items = list(raw) if raw is not None and not isinstance(raw, (str, bytes, dict)) else None
     if not items:

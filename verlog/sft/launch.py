@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
-from verlog.sft.data import DataReport, check_data, resolve_data
+from verlog.sft.data import DataReport, check_data, data_texts, resolve_data
 
 HF_EXPORT = "model"
 CHECKPOINTS = "checkpoints"
@@ -82,8 +82,9 @@ def build_command(config: SFTConfig, model_path: str, train_file: str, val_file:
     return cmd + verl_overrides(config, model_path, train_file, val_file, cpu=cpu)
 
 
-def prepare_model(config: SFTModelConfig) -> str:
-    """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set."""
+def prepare_model(config: SFTModelConfig, train_file: str | None = None) -> str:
+    """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set (its
+    tokenizer also trained on ``train_file``'s message texts when ``tokenizer_from_data`` is set)."""
     path = Path(config.path)
     if (path / "config.json").is_file():
         return str(path.resolve())
@@ -91,6 +92,8 @@ def prepare_model(config: SFTModelConfig) -> str:
         from verlog.testing import DEFAULT_CORPUS, build_tiny_model
 
         corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
+        if config.tokenizer_from_data and train_file:
+            corpus += data_texts(train_file)
         print(f"[verlog sft] building a tiny model at {path}", flush=True)
         build_tiny_model(path, corpus=corpus, **dict(config.tiny))
         return str(path.resolve())
@@ -127,7 +130,7 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
 
     config.validate()
     train_file, val_file = resolve_data(config.data)
-    model_path = prepare_model(config.model)
+    model_path = prepare_model(config.model, train_file)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
     if val_file:

@@ -213,7 +213,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         boot = batch.non_tensor_batch["bootstrap_prompt_ids"]
         need = [i for i, prompt in enumerate(boot) if prompt]
         next_values = torch.zeros(len(batch), dtype=torch.float32)
-        if need:
+        if need and self.settings.algorithm.boundary == "bootstrap":  # "cut": the boundary ends the return (0)
             prompts = [list(boot[i]) for i in need]
             boot = self._prompt_only_rows(prompts, batch.meta_info)
             padded, _ = pad_dataproto_to_divisor(boot, self._world_size())

@@ -1,0 +1,303 @@
+# The stages every CPU learning recipe shares (learn_babyai.sh, learn_babaisai.sh, learn_crafter.sh): sourced, never
+# run alone. A recipe sets its game's defaults (the variables below that have no default here), then sources this
+# file with "$@"; this file parses the arguments, checks the settings, records them, and defines the stages:
+#
+#   start model (demos -> SFT, or a format-only warm start) -> eval start -> [start bound] -> PPO, dual GAE -> eval
+#   -> optional comparisons on the same start, budget and seeds: PPO with the iteration boundary cut (no bootstrap),
+#   PPO with single-discount GAE -> results (bench/learning.py: markdown, JSON, learning curve)
+#
+# What a recipe sets before sourcing (required):
+#   RECIPE          its name (log lines, run names)
+#   ENV_CONFIG      the env config group of `verlog train` (verlog/configs/env/<name>.yaml)
+#   ENV_ID          the env id in every stage
+#   ENV_KWARGS_JSON the env's keyword arguments as JSON, the same in demos, warm start, PPO and evaluation
+#   START           demos (scripted expert -> SFT) or warm_start (format-only: random valid answers)
+#   DEFAULT_OUTPUT_DIR, DEFAULT_RESULTS
+# and any default below (a recipe's own defaults win over these: every line is VAR="${VAR:-default}").
+#
+# Checks before anything runs (exit 2, one line naming the fix): overlapping seed ranges; LONG_HORIZON=1 with
+# PPO_TURNS not below MAX_STEPS (no episode would span iterations); after the start model's evaluation, a start
+# above START_BOUND (success rate) when START_BOUND is set.
+# The whole recipe must be one { ... } block (see learn_babyai.sh): bash reads it all before running it.
+
+DRY_RUN=0
+for arg in "$@"; do
+    case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d'
+        exit 0
+        ;;
+    *)
+        echo "[$RECIPE] unknown argument '$arg': the settings are environment variables (see --help)" >&2
+        exit 2
+        ;;
+    esac
+done
+
+SMOKE="${SMOKE:-0}"
+if [ "$SMOKE" = 1 ]; then
+    OUTPUT_DIR="${OUTPUT_DIR:-$DEFAULT_OUTPUT_DIR-smoke}"
+    RESULTS="${RESULTS:-$OUTPUT_DIR/results.md}"
+    MAX_STEPS="${MAX_STEPS:-6}"
+    DEMO_EPISODES="${DEMO_EPISODES:-24}"
+    DEMO_VAL_EPISODES="${DEMO_VAL_EPISODES:-0}"
+    SFT_STEPS="${SFT_STEPS:-3}"
+    SFT_BATCH="${SFT_BATCH:-8}"
+    WARM_START_STEPS="${WARM_START_STEPS:-3}"
+    EPISODES="${EPISODES:-4}"
+    PPO_ITERATIONS="${PPO_ITERATIONS:-2}"
+    PPO_SLOTS="${PPO_SLOTS:-2}"
+    PPO_TURNS="${PPO_TURNS:-4}"
+    CRITIC_WARMUP="${CRITIC_WARMUP:-0}"
+    EVAL_EVERY="${EVAL_EVERY:-0}"
+    START_BOUND="${START_BOUND:-}"
+fi
+OUTPUT_DIR="${OUTPUT_DIR:-$DEFAULT_OUTPUT_DIR}"
+RESULTS="${RESULTS:-$DEFAULT_RESULTS}"
+TIME_LIMIT="${TIME_LIMIT:-terminate}"
+ANSWER_FORMAT="${ANSWER_FORMAT:-action}"
+FORMAT_PENALTY="${FORMAT_PENALTY:-0.2}"
+MEMORY_N="${MEMORY_N:-1}"
+DEMO_EPISODES="${DEMO_EPISODES:-1000}"
+DEMO_VAL_EPISODES="${DEMO_VAL_EPISODES:-20}"
+DEMO_SEED_START="${DEMO_SEED_START:-0}"
+MODEL_HIDDEN="${MODEL_HIDDEN:-128}"
+MODEL_LAYERS="${MODEL_LAYERS:-2}"
+MODEL_HEADS="${MODEL_HEADS:-2}"
+MODEL_KV_HEADS="${MODEL_KV_HEADS:-1}"
+MODEL_FFN="${MODEL_FFN:-256}"
+MODEL_VOCAB="${MODEL_VOCAB:-1024}"
+TOKENIZER_FROM_DATA="${TOKENIZER_FROM_DATA:-false}"
+SFT_STEPS="${SFT_STEPS:-60}"
+SFT_BATCH="${SFT_BATCH:-32}"
+SFT_LR="${SFT_LR:-1e-3}"
+SFT_WARMUP_RATIO="${SFT_WARMUP_RATIO:-0.33}"
+WARM_START_STEPS="${WARM_START_STEPS:-250}"
+EPISODES="${EPISODES:-200}"
+EVAL_SEED_START="${EVAL_SEED_START:-1000000}"
+EVAL_TEMPERATURE="${EVAL_TEMPERATURE:-1.0}"
+START_BOUND="${START_BOUND:-}"
+LONG_HORIZON="${LONG_HORIZON:-0}"
+PPO_ITERATIONS="${PPO_ITERATIONS:-40}"
+PPO_SLOTS="${PPO_SLOTS:-16}"
+PPO_TURNS="${PPO_TURNS:-12}"
+PPO_SEED="${PPO_SEED:-500000}"
+PPO_RANKS="${PPO_RANKS:-2}"
+ACTOR_LR="${ACTOR_LR:-3e-4}"
+CRITIC_LR="${CRITIC_LR:-2e-4}"
+CRITIC_WARMUP="${CRITIC_WARMUP:-3}"
+ADVANTAGE_LEVEL="${ADVANTAGE_LEVEL:-turn}"
+EVAL_EVERY="${EVAL_EVERY:-10}"
+EVAL_EPISODES_IN_TRAINING="${EVAL_EPISODES_IN_TRAINING:-64}"
+PPO_EPOCHS="${PPO_EPOCHS:-1}"
+MINI_BATCHES="${MINI_BATCHES:-4}"
+SINGLE_GAE="${SINGLE_GAE:-1}"
+BOUNDARY_CUT="${BOUNDARY_CUT:-0}"
+STEP_GAMMA="${STEP_GAMMA:-0.99}"
+STEP_LAM="${STEP_LAM:-0.95}"
+MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-8}"
+MAX_PROMPT_TOKENS="${MAX_PROMPT_TOKENS:-1024}"
+PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-352}"
+PPO_SAVE_FREQ="${PPO_SAVE_FREQ:-5}"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+
+SETTINGS=(SMOKE OUTPUT_DIR RESULTS ENV_ID START MAX_STEPS TIME_LIMIT ANSWER_FORMAT FORMAT_PENALTY MEMORY_N DEMO_EPISODES
+    DEMO_VAL_EPISODES DEMO_SEED_START MODEL_HIDDEN MODEL_LAYERS MODEL_HEADS MODEL_KV_HEADS MODEL_FFN MODEL_VOCAB
+    TOKENIZER_FROM_DATA SFT_STEPS SFT_BATCH SFT_LR SFT_WARMUP_RATIO WARM_START_STEPS EPISODES EVAL_SEED_START
+    ADVANTAGE_LEVEL EVAL_EVERY EVAL_EPISODES_IN_TRAINING EVAL_TEMPERATURE START_BOUND LONG_HORIZON PPO_ITERATIONS
+    PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP PPO_EPOCHS MINI_BATCHES SINGLE_GAE
+    BOUNDARY_CUT STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ
+    ${EXTRA_SETTINGS[@]+"${EXTRA_SETTINGS[@]}"})
+
+# paths in the run folder and the results are kept as given when relative (the stages run from the repository root),
+# so committed results name repository-relative folders, never this machine's
+case "$OUTPUT_DIR" in
+/*) RUN="$OUTPUT_DIR" ;;
+*) RUN="$ROOT/$OUTPUT_DIR" ;;
+esac
+case "$RESULTS" in
+/*) ;;
+*) RESULTS="$ROOT/$RESULTS" ;;
+esac
+
+# ---------------------------------------------------------------------------------------------- checks
+fail() {
+    echo "[$RECIPE] $*" >&2
+    exit 2
+}
+# [start, end) of each stage's seeds; overlapping ranges would evaluate on training layouts
+DEMO_SEEDS=("$DEMO_SEED_START" $((DEMO_SEED_START + DEMO_EPISODES)))
+PPO_SEEDS=("$PPO_SEED" $((PPO_SEED + PPO_SLOTS)))
+EVAL_SEEDS=("$EVAL_SEED_START" $((EVAL_SEED_START + EPISODES)))
+overlap() { [ "$1" -lt "$4" ] && [ "$3" -lt "$2" ]; }
+if overlap "${PPO_SEEDS[@]}" "${EVAL_SEEDS[@]}" || { [ "$START" = demos ] && {
+    overlap "${DEMO_SEEDS[@]}" "${EVAL_SEEDS[@]}" || overlap "${DEMO_SEEDS[@]}" "${PPO_SEEDS[@]}"
+}; }; then
+    fail "seed ranges overlap: demos [${DEMO_SEEDS[0]}, ${DEMO_SEEDS[1]}), PPO first episodes" \
+        "[${PPO_SEEDS[0]}, ${PPO_SEEDS[1]}), evaluation [${EVAL_SEEDS[0]}, ${EVAL_SEEDS[1]}): move DEMO_SEED_START," \
+        "PPO_SEED or EVAL_SEED_START apart"
+fi
+if [ "$LONG_HORIZON" = 1 ] && [ "$PPO_TURNS" -ge "$MAX_STEPS" ]; then
+    fail "PPO_TURNS=$PPO_TURNS is not below the step limit MAX_STEPS=$MAX_STEPS: no episode would span iterations," \
+        "which this long-horizon recipe is about; lower PPO_TURNS (or raise MAX_STEPS)"
+fi
+case "$START" in demos | warm_start) ;; *) fail "START=$START is not demos or warm_start" ;; esac
+if [ "$DRY_RUN" = 0 ] && [ ! -x "$PYTHON" ]; then
+    echo "[$RECIPE] no Python at $PYTHON: create .venv (docs/install.md) or set PYTHON=..." >&2
+    exit 1
+fi
+
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+export RAY_USAGE_STATS_ENABLED=0
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
+export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+
+# ---------------------------------------------------------------------------------------------- stages
+# stage NAME DONE_FILE EXPECTED -- COMMAND...: run COMMAND unless DONE_FILE exists (and, when EXPECTED is not
+# empty, holds exactly EXPECTED); log to logs/NAME.log and append the wall time to timings.jsonl.
+stage() {
+    local name="$1" done_file="$2" expected="$3"
+    shift 4
+    local state=todo
+    if [ -f "$done_file" ] && { [ -z "$expected" ] || [ "$(tr -d '[:space:]' <"$done_file")" = "$expected" ]; }; then
+        state=done
+    fi
+    if [ "$DRY_RUN" = 1 ]; then
+        local what="would run"
+        [ "$state" = done ] && what="output exists: would be skipped"
+        printf '# stage %s (%s)\n' "$name" "$what"
+        printf '%q ' "$@"
+        printf '\n'
+        return 0
+    fi
+    if [ "$state" = done ]; then
+        echo "[$RECIPE] stage $name: output exists ($done_file), skipped"
+        return 0
+    fi
+    echo "[$RECIPE] stage $name: $*"
+    local start end
+    start=$(date +%s.%N)
+    "$@" 2>&1 | tee -a "$RUN/logs/$name.log"
+    end=$(date +%s.%N)
+    printf '{"stage": "%s", "seconds": %s, "finished_at": "%s"}\n' "$name" \
+        "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        >>"$RUN/timings.jsonl"
+    echo "[$RECIPE] stage $name done"
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+    echo "# $RECIPE: run folder $RUN (dry run: nothing is started)"
+    echo "# seeds: demos [${DEMO_SEEDS[0]}, ${DEMO_SEEDS[1]}), PPO first episodes [${PPO_SEEDS[0]}, ${PPO_SEEDS[1]})," \
+        "evaluation [${EVAL_SEEDS[0]}, ${EVAL_SEEDS[1]})"
+else
+    mkdir -p "$RUN/logs"
+    for key in "${SETTINGS[@]}"; do
+        printf '%s=%s\n' "$key" "${!key}"
+    done >"$RUN/settings.env"
+    echo "[$RECIPE] run folder $RUN ($([ "$SMOKE" = 1 ] && echo "SMOKE: tiny budgets" || echo "full budgets"))"
+fi
+cd "$ROOT"
+
+# the start model: $RUN/sft/model (demos -> SFT) or $RUN/warm_start/model (format-only warm start)
+start_model() {
+    if [ "$START" = demos ]; then
+        # --force: the stage runs only while demos.json is missing (an interrupted stage's leftovers are replaced)
+        stage demos "$RUN/demos/demos.json" "" -- \
+            "$PYTHON" -m verlog demos "$ENV_ID" --episodes "$DEMO_EPISODES" --seed-start "$DEMO_SEED_START" \
+            --val-episodes "$DEMO_VAL_EPISODES" --memory-n "$MEMORY_N" --keep-reasoning-turns 1 \
+            --env-kwargs "$ENV_KWARGS_JSON" --answer-format "$ANSWER_FORMAT" --out "$RUN/demos" --force
+        stage sft "$RUN/sft/model/config.json" "" -- \
+            "$PYTHON" -m verlog sft verlog/configs/sft/learn_babyai.yaml \
+            output_dir="$RUN/sft" run_name="$RECIPE" data.train="$RUN/demos" \
+            model.tiny.hidden_size="$MODEL_HIDDEN" model.tiny.num_layers="$MODEL_LAYERS" \
+            model.tiny.num_heads="$MODEL_HEADS" model.tiny.num_kv_heads="$MODEL_KV_HEADS" \
+            model.tiny.intermediate_size="$MODEL_FFN" model.tiny.vocab_size="$MODEL_VOCAB" \
+            model.tokenizer_from_data="$TOKENIZER_FROM_DATA" data.max_length="$MAX_PROMPT_TOKENS" \
+            train.steps="$SFT_STEPS" train.batch_size="$SFT_BATCH" train.lr="$SFT_LR" \
+            train.warmup_ratio="$SFT_WARMUP_RATIO" train.lr_scheduler=constant resume=true
+        START_MODEL="$RUN/sft/model"
+    else
+        stage warm_start "$RUN/warm_start/model/config.json" "" -- \
+            "$PYTHON" -m verlog tiny-model "$RUN/warm_start/model" --force --warm-start "$ENV_ID" \
+            --warm-start-steps "$WARM_START_STEPS" --answer-format "$ANSWER_FORMAT" --memory-n "$MEMORY_N" \
+            --hidden-size "$MODEL_HIDDEN" --num-layers "$MODEL_LAYERS" --num-heads "$MODEL_HEADS" \
+            --num-kv-heads "$MODEL_KV_HEADS" --intermediate-size "$MODEL_FFN" --vocab-size "$MODEL_VOCAB" \
+            --max-prompt-tokens "$MAX_PROMPT_TOKENS"
+        START_MODEL="$RUN/warm_start/model"
+    fi
+}
+
+# evaluate NAME MODEL: the same episodes (seeds, step limit, env settings, sampling) for every model
+evaluate() {
+    stage "eval_$1" "$RUN/eval_$1/summary.json" "" -- \
+        "$PYTHON" -m verlog eval --model "$2" --tasks "$ENV_ID" --episodes "$EPISODES" \
+        --seed-start "$EVAL_SEED_START" --max-steps "$MAX_STEPS" --env-kwargs "$ENV_KWARGS_JSON" \
+        --temperature "$EVAL_TEMPERATURE" --max-tokens "$MAX_RESPONSE_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" \
+        --memory-n "$MEMORY_N" --answer-format "$ANSWER_FORMAT" --resume --out "$RUN/eval_$1"
+}
+
+# check_start EVAL_NAME: stop (exit 2) when the start model's success is above START_BOUND
+check_start() {
+    [ -n "$START_BOUND" ] || return 0
+    local cmd=("$PYTHON" bench/learning.py "$RUN" --check-start "$1" --start-bound "$START_BOUND")
+    if [ "$DRY_RUN" = 1 ]; then
+        echo "# check: the start model's success <= $START_BOUND"
+        printf '%q ' "${cmd[@]}"
+        printf '\n'
+        return 0
+    fi
+    "${cmd[@]}" || exit 2
+}
+
+# ppo NAME TOKEN_GAMMA TOKEN_LAM [OVERRIDE...]: PPO from the start model; the runs differ only in what is passed here
+ppo() {
+    local name="$1" token_gamma="$2" token_lam="$3"
+    shift 3
+    stage "$name" "$RUN/$name/checkpoints/latest_checkpointed_iteration.txt" "$PPO_ITERATIONS" -- \
+        "$PYTHON" -m verlog.train \
+        output_dir="$RUN/$name" run_name="$RECIPE-$name" iterations="$PPO_ITERATIONS" seed="$PPO_SEED" \
+        env="$ENV_CONFIG" env.id="$ENV_ID" env.kwargs.max_steps="$MAX_STEPS" env.kwargs.time_limit="$TIME_LIMIT" \
+        env.kwargs.format_penalty="$FORMAT_PENALTY" \
+        model=tiny-cpu model.name=start model.path="$START_MODEL" model.build_tiny=false \
+        hardware=cpu hardware.n_gpus_per_node="$PPO_RANKS" hardware.ray.temp_dir="${RAY_TMPDIR:-/tmp/verlog-ray}" \
+        rollout.num_slots="$PPO_SLOTS" rollout.turns_per_slot="$PPO_TURNS" \
+        rollout.max_prompt_tokens="$PPO_PROMPT_TOKENS" rollout.max_response_tokens="$MAX_RESPONSE_TOKENS" \
+        memory.n="$MEMORY_N" memory.keep_reasoning_turns=1 memory.answer_format="$ANSWER_FORMAT" \
+        algorithm.step_gamma="$STEP_GAMMA" algorithm.step_lam="$STEP_LAM" \
+        algorithm.token_gamma="$token_gamma" algorithm.token_lam="$token_lam" \
+        algorithm.actor_lr="$ACTOR_LR" algorithm.critic_lr="$CRITIC_LR" algorithm.critic_warmup="$CRITIC_WARMUP" \
+        algorithm.ppo_epochs="$PPO_EPOCHS" algorithm.mini_batches="$MINI_BATCHES" \
+        algorithm.advantage_level="$ADVANTAGE_LEVEL" \
+        evaluation.every="$EVAL_EVERY" evaluation.episodes="$EVAL_EPISODES_IN_TRAINING" \
+        checkpoint.save_freq="$PPO_SAVE_FREQ" checkpoint.resume=auto \
+        "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" "$@"
+}
+
+# run_all START_EVAL_NAME: the whole chain after the recipe's settings (start model, PPO runs, evaluations, results)
+run_all() {
+    start_model
+    evaluate "$1" "$START_MODEL"
+    check_start "$1"
+    ppo ppo_dual 1.0 1.0
+    evaluate ppo_dual "$RUN/ppo_dual/checkpoints"
+    if [ "$BOUNDARY_CUT" = 1 ]; then # the ablation: the iteration boundary ends the return (no V(s_T))
+        ppo ppo_cut 1.0 1.0 algorithm.boundary=cut
+        evaluate ppo_cut "$RUN/ppo_cut/checkpoints"
+    fi
+    if [ "$SINGLE_GAE" = 1 ]; then
+        ppo ppo_single "$STEP_GAMMA" "$STEP_LAM"
+        evaluate ppo_single "$RUN/ppo_single/checkpoints"
+    fi
+    # the results: always rewritten from what the run folder holds (cheap)
+    local cmd=("$PYTHON" bench/learning.py "$RUN" --out "$RESULTS")
+    if [ "$DRY_RUN" = 1 ]; then
+        echo "# stage results (always runs)"
+        printf '%q ' "${cmd[@]}"
+        printf '\n'
+        return 0
+    fi
+    "${cmd[@]}"
+    echo "[$RECIPE] done: results in $RESULTS, run folder $RUN"
+}
