@@ -218,10 +218,10 @@ def test_bench_script_runs(run_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
-def _recipe(*args: str, **env: str) -> subprocess.CompletedProcess:
+def _recipe(*args: str, _script: Path = RECIPE, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "OUTPUT_DIR", "EPISODES", "RESULTS")}
     environ.update(PYTHON=sys.executable, **env)
-    return subprocess.run(["bash", str(RECIPE), *args], capture_output=True, text=True, env=environ, timeout=60)
+    return subprocess.run(["bash", str(_script), *args], capture_output=True, text=True, env=environ, timeout=60)
 
 
 def _stages(stdout: str) -> dict[str, list[str]]:
@@ -321,3 +321,68 @@ def test_the_run_folders_notes_are_included(run_dir):
     md = render_markdown(collect(run, n_resamples=B))
     assert md.index("## Notes on this run") > md.index("## How the settings were chosen")
     assert "- attempt 1: bf16, 122 s per iteration\n" in md
+
+
+# ------------------------------------------------------------------------------------------------ long horizon
+BABAISAI = REPO / "recipes" / "cpu" / "learn_babaisai.sh"
+
+
+def test_spans_count_episodes_with_rows_in_several_iterations(tmp_path):
+    rollout = [
+        {"step": 1, "episode_seeds": {"a": 1, "b": 2}},
+        {"step": 2, "episode_seeds": {"a": 1, "c": 3}},
+        {"step": 3, "episode_seeds": {"a": 1, "d": 4}},
+        {"step": 3, "episode_seeds": {"a": 1, "d": 4}},  # a resumed run repeats step 3: counted once
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rollout))
+    spans = learning.read_spans(path)
+    assert (spans.episodes, spans.spanning, spans.max_iterations) == (4, 1, 3)
+    assert spans.mean_iterations == pytest.approx(6 / 4) and spans.share == pytest.approx(0.25)
+
+
+def test_report_shows_spans_and_repository_relative_paths(run_dir):
+    run, _ = run_dir
+    rollout = [{"step": 1, "episode_seeds": {"a": 1}}, {"step": 2, "episode_seeds": {"a": 1, "b": 2}}]
+    (run / PPO_DUAL / "rollout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rollout))
+    settings = (run / "settings.env").read_text() + f"RESULTS={REPO / 'docs' / 'x.md'}\nENV_ID=babaisai/goto_win\n"
+    (run / "settings.env").write_text(settings)
+    res = collect(run, n_resamples=B)
+    md = render_markdown(res)
+    assert "| dual GAE | 2 | 1 (50.0%) | 1.50 / 2 |" in md
+    assert "| `RESULTS` | docs/x.md |" in md and str(REPO) not in md
+    assert res.title == "BabaIsAI goto_win" and "learn_babaisai.sh" in md
+    assert learning.as_dict(res)["settings"]["RESULTS"] == "docs/x.md"
+
+
+def test_check_start_refuses_a_start_above_the_bound(run_dir, capsys):
+    run, _ = run_dir
+    rate = collect(run, n_resamples=B).evals["SFT"].success.estimate
+    assert learning.main([str(run), "--check-start", "sft", "--start-bound", str(rate + 0.01)]) == 0
+    assert learning.main([str(run), "--check-start", "sft", "--start-bound", str(rate - 0.01)]) == 2
+    err = capsys.readouterr().err
+    assert "above the start bound" in err and "fewer SFT_STEPS" in err and err.count("\n") == 1
+    assert learning.main([str(run), "--check-start", "nothing"]) == 1
+
+
+def test_babaisai_recipe_runs_episodes_across_iterations_and_the_ablations(tmp_path):
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    stages = _stages(proc.stdout)
+    assert list(stages) == ["demos", "sft", "eval_sft", "ppo_dual", "eval_ppo_dual", "ppo_cut", "eval_ppo_cut",
+                            "ppo_single", "eval_ppo_single", "results"]  # fmt: skip
+    assert "--check-start sft --start-bound 0.5" in proc.stdout
+    dual, cut = stages["ppo_dual"], stages["ppo_cut"]
+    assert int(_opt(dual, "rollout.turns_per_slot")) < int(_opt(dual, "env.kwargs.max_steps"))
+    assert _opt(dual, "env.id") == "babaisai/two_room-goto_win"
+    differ = {a.split("=")[0] for a in set(dual) ^ set(cut)}
+    assert differ == {"output_dir", "run_name", "algorithm.boundary"} and _opt(cut, "algorithm.boundary") == "cut"
+    assert not (tmp_path / "run").exists()
+
+
+def test_babaisai_recipe_refuses_turns_not_below_the_step_limit(tmp_path):
+    bad = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), PPO_TURNS="20", MAX_STEPS="20")
+    assert bad.returncode == 2 and "PPO_TURNS=20 is not below the step limit" in bad.stderr
+    assert bad.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+    overlap = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), EVAL_SEED_START="10")
+    assert overlap.returncode == 2 and "seed ranges overlap" in overlap.stderr
