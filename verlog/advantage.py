@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from verlog.errors import AdvantageInputError
@@ -144,6 +146,61 @@ def dual_discount_gae(
 
 _SCAN_BLOCK = 64
 """Token positions per block of the blocked reverse scan (one small matrix product each)."""
+
+
+def reference_dual_discount_gae(
+    rewards: Any,
+    values: Any,
+    mask: Any,
+    next_row: Sequence[int],
+    next_value: Sequence[float],
+    terminated: Sequence[bool],
+    tg: float,
+    tl: float,
+    sg: float,
+    sl: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dual_discount_gae` written as plain nested loops over turns and tokens, straight from the formulas in
+    docs/algorithms.md: the readable specification the fast version is tested against (float64, slow).
+
+    Same arguments (as arrays or nested lists; ``tg, tl, sg, sl``: token gamma and lambda, step gamma and lambda)
+    and the same ``(advantages, returns)``, each ``[B, R]``.
+    """
+    rewards, values, mask = (np.asarray(x, dtype=np.float64) for x in (rewards, values, mask))
+    batch, width = values.shape
+    adv = np.zeros((batch, width))
+    solved: set[int] = set()
+
+    def tokens(t: int) -> list[int]:
+        return [j for j in range(width) if mask[t, j]]
+
+    def solve(t: int) -> None:
+        if t in solved:
+            return
+        nr = int(next_row[t])
+        if nr >= 0:
+            solve(nr)
+            v_next, a_next = values[nr, tokens(nr)[0]], adv[nr, tokens(nr)[0]]
+        elif terminated[t]:
+            v_next, a_next = 0.0, 0.0
+        else:
+            v_next, a_next = float(next_value[t]), 0.0
+        pos = tokens(t)
+        last = 0.0
+        for k in reversed(range(len(pos))):
+            j = pos[k]
+            if k == len(pos) - 1:
+                delta = rewards[t, j] + sg * v_next - values[t, j]
+                last = delta + sg * sl * a_next
+            else:
+                delta = rewards[t, j] + tg * values[t, pos[k + 1]] - values[t, j]
+                last = delta + tg * tl * last
+            adv[t, j] = last
+        solved.add(t)
+
+    for t in range(batch):
+        solve(t)
+    return adv, (adv + values) * mask
 
 
 def _discounted_reverse_cumsum_(x: torch.Tensor, factor: float) -> torch.Tensor:

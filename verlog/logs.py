@@ -31,9 +31,10 @@ from typing import IO, Any
 
 from verlog.errors import VerlogError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the turn-record schema this verlog writes. 1: evaluation's records (verlog eval --log-turns); 2: adds
-source, iteration, observation, success, gae_return, advantage_raw, kl_ref, token_split, memory_turns, frame."""
+source, iteration, observation, success, gae_return, advantage_raw, kl_ref, token_split, memory_turns, frame; 3: adds
+next_value and turn_reward."""
 FORMAT_PREFIX = "verlog.turnlog/"
 LOG_FORMAT = f"{FORMAT_PREFIX}{SCHEMA_VERSION}"
 
@@ -141,6 +142,10 @@ class TurnLog:
         token_split: log-prob, KL and entropy sums of the reasoning and of the action tokens.
         memory_turns: past turns the prompt held (the sliding memory's, after the token budget).
         frame: the env's frame of the observation, a base64 PNG (optional).
+        next_value: the bootstrap value ``V(s_{t+1})`` the advantage used for this turn (training: the last turn of an
+            episode in its iteration that did not terminate, e.g. at the iteration boundary; else None).
+        turn_reward: the sum of the turn's token-level rewards the advantage used (training: the env reward plus the
+            per-token KL penalty when ``algorithm.kl_in_reward``).
     """
 
     episode_id: str
@@ -173,6 +178,8 @@ class TurnLog:
     token_split: TokenSplit | None = None
     memory_turns: int | None = None
     frame: str | None = field(default=None, repr=False)
+    next_value: float | None = None
+    turn_reward: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, with the format marker first."""

@@ -280,8 +280,9 @@ class TrainingTapes:
         Args:
             rows: the iteration's :class:`~verlog.rollout.batch.TurnRow` objects in the order of the tensors' rows.
             tensors: per-row ``[B, R]`` tensors: ``response_mask`` (required), ``values``, ``advantages``,
-                ``returns``, ``advantages_raw``, ``old_log_probs``, ``ref_log_prob``, ``entropys`` (each may be
-                None or absent, e.g. ``values`` without a critic; what is absent is written as None).
+                ``returns``, ``advantages_raw``, ``old_log_probs``, ``ref_log_prob``, ``entropys``,
+                ``token_level_rewards``, and ``next_values`` (``[B]``: the bootstrap values) (each may be None or
+                absent, e.g. ``values`` without a critic; what is absent is written as None).
             iteration: the training iteration (metrics.jsonl's ``step``).
         """
         if not self.enabled or not rows:
@@ -351,7 +352,23 @@ class TrainingTapes:
             token_split=split,
             memory_turns=row.memory_turns,
             frame=frame,
+            next_value=self._next_value(row, i, t),
+            turn_reward=self._turn_reward(i, n, t),
         )
+
+    @staticmethod
+    def _turn_reward(i: int, n: int, t: dict[str, Any]) -> float | None:
+        """The sum of row ``i``'s token-level rewards over its ``n`` response tokens (None: not given)."""
+        x = t.get("token_level_rewards")
+        return None if x is None else float(x[i, :n].sum())
+
+    @staticmethod
+    def _next_value(row: Any, i: int, t: dict[str, Any]) -> float | None:
+        """The bootstrap value of a row whose episode goes on past the batch (it has a bootstrap prompt), else None."""
+        x = t.get("next_values")
+        if x is None or not getattr(row, "bootstrap_prompt_ids", None):
+            return None
+        return float(x[i])
 
 
 def record_training_tapes(tapes: TrainingTapes | None, rows: Sequence[Any], tensors: dict[str, Any], step: int) -> int:

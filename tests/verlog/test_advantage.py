@@ -12,52 +12,16 @@ from verlog.advantage import (
     advantage_metrics,
     dual_discount_gae,
     masked_whiten,
+    reference_dual_discount_gae,
     turn_level_advantages,
     value_loss,
     value_loss_weights,
 )
 from verlog.errors import AdvantageInputError
 
+reference_gae = reference_dual_discount_gae
+
 VERLOG = {"token_gamma": 1.0, "token_lam": 1.0, "step_gamma": 0.9, "step_lam": 0.5}
-
-
-def reference_gae(rewards, values, mask, next_row, next_value, terminated, tg, tl, sg, sl):
-    """Plain nested loops over turns and tokens, straight from the formulas in docs/algorithms.md."""
-    rewards, values, mask = (np.asarray(x, dtype=np.float64) for x in (rewards, values, mask))
-    batch, width = values.shape
-    adv = np.zeros((batch, width))
-    solved: set[int] = set()
-
-    def tokens(t):
-        return [j for j in range(width) if mask[t, j]]
-
-    def solve(t):
-        if t in solved:
-            return
-        nr = int(next_row[t])
-        if nr >= 0:
-            solve(nr)
-            v_next, a_next = values[nr, tokens(nr)[0]], adv[nr, tokens(nr)[0]]
-        elif terminated[t]:
-            v_next, a_next = 0.0, 0.0
-        else:
-            v_next, a_next = float(next_value[t]), 0.0
-        pos = tokens(t)
-        last = 0.0
-        for k in reversed(range(len(pos))):
-            j = pos[k]
-            if k == len(pos) - 1:
-                delta = rewards[t, j] + sg * v_next - values[t, j]
-                last = delta + sg * sl * a_next
-            else:
-                delta = rewards[t, j] + tg * values[t, pos[k + 1]] - values[t, j]
-                last = delta + tg * tl * last
-            adv[t, j] = last
-        solved.add(t)
-
-    for t in range(batch):
-        solve(t)
-    return adv, (adv + values) * mask
 
 
 # ------------------------------------------------------------------ hand-computed: two turns of three tokens

@@ -347,8 +347,14 @@ class TrainConfig:
 
     @property
     def micro_batch_rows(self) -> int:
-        """Rows per forward pass per rank: ``micro_batch_size_per_gpu``, at most a rank's share of a mini-batch."""
-        return max(1, min(self.hardware.micro_batch_size_per_gpu, self.mini_batch_rows // self.ranks))
+        """Rows per forward pass per rank: the largest divisor of a rank's share of a mini-batch that is at most
+        ``micro_batch_size_per_gpu`` (verl's workers require the share to split into whole micro-batches: a share of
+        15 rows with a cap of 8 gives 5)."""
+        share = max(1, self.mini_batch_rows // self.ranks)
+        rows = max(1, min(self.hardware.micro_batch_size_per_gpu, share))
+        while share % rows:
+            rows -= 1
+        return rows
 
     @property
     def uses_critic(self) -> bool:

@@ -361,7 +361,16 @@ class VerlogPPOTrainer(RayPPOTrainer):
             self._tape_entropys = out.batch["entropys"]
         return out, mfu
 
-    _TAPE_TENSORS = ("values", "advantages", "returns", "response_mask", "old_log_probs", "ref_log_prob")
+    _TAPE_TENSORS = (
+        "values",
+        "advantages",
+        "returns",
+        "response_mask",
+        "old_log_probs",
+        "ref_log_prob",
+        "token_level_rewards",
+        "next_values",
+    )
 
     def _write_tapes(self, data: DataProto, raw_advantages: torch.Tensor | None, keys: list[tuple[str, int]]) -> None:
         """The iteration's sampled episodes into ``tapes/train.jsonl`` (verlog/tapes.py); not during the critic

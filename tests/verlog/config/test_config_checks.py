@@ -149,6 +149,11 @@ def test_derived_sizes_are_defined_once() -> None:
     cfg.rollout.num_slots, cfg.rollout.turns_per_slot, cfg.algorithm.mini_batches = 8, 4, 4
     cfg.hardware.n_gpus_per_node, cfg.hardware.nnodes, cfg.hardware.micro_batch_size_per_gpu = 2, 2, 8
     assert (cfg.rows_per_iteration, cfg.mini_batch_rows, cfg.ranks, cfg.micro_batch_rows) == (32, 8, 4, 2)
+    # a rank's share of a mini-batch must split into whole micro-batches (verl asserts it in the update): 120 rows,
+    # 4 mini-batches, 2 ranks -> 15 rows a rank; a cap of 8 gives micro-batches of 5
+    cfg.rollout.num_slots, cfg.rollout.turns_per_slot, cfg.hardware.nnodes = 24, 5, 1
+    assert (cfg.mini_batch_rows // cfg.ranks, cfg.micro_batch_rows) == (15, 5)
+    cfg.rollout.num_slots, cfg.rollout.turns_per_slot, cfg.hardware.nnodes = 8, 4, 2
     cfg.iterations, cfg.algorithm.warmup_rollout_multiplier = 5, 3
     assert (cfg.warmup_rollout_turns, cfg.max_turns_per_slot) == (12, 32)
     from verlog.trainer.config import verl_overrides
