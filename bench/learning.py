@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from verlog.errors import VerlogError
 from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
 
@@ -35,11 +37,15 @@ DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"
 PPO_DUAL, EVAL_DUAL = "ppo_dual", "eval_ppo_dual"
 PPO_SINGLE, EVAL_SINGLE = "ppo_single", "eval_ppo_single"
 PPO_CUT, EVAL_CUT = "ppo_cut", "eval_ppo_cut"  # the iteration-boundary ablation (algorithm.boundary=cut)
-STAGES = (DEMOS, SFT, EVAL_SFT, PPO_DUAL, EVAL_DUAL, PPO_CUT, EVAL_CUT, PPO_SINGLE, EVAL_SINGLE)
+WARM, EVAL_WARM = "warm_start", "eval_warm_start"  # START=warm_start: the format-only warm start instead of SFT
+STAGES = (DEMOS, SFT, EVAL_SFT, WARM, EVAL_WARM, PPO_DUAL, EVAL_DUAL, PPO_CUT, EVAL_CUT, PPO_SINGLE, EVAL_SINGLE)
 # model label -> evaluation folder
 MODELS = {"SFT": EVAL_SFT, "PPO, dual GAE": EVAL_DUAL, "PPO, boundary cut": EVAL_CUT, "PPO, single GAE": EVAL_SINGLE}
 PPO_RUNS = {"dual GAE": PPO_DUAL, "boundary cut": PPO_CUT, "single GAE": PPO_SINGLE}
-# the comparisons reported, treatment - baseline, where both are evaluated
+START_MODELS = {"SFT": EVAL_SFT, "warm start": EVAL_WARM}
+"""The start model of a run (the baseline of "SFT" in :data:`COMPARISONS`): SFT from demonstrations, or the
+format-only warm start (``START=warm_start``, e.g. Crafter, where there is no expert)."""
+# the comparisons reported, treatment - baseline, where both are evaluated ("SFT": the run's start model)
 COMPARISONS = (
     ("PPO, dual GAE", "SFT"),
     ("PPO, single GAE", "SFT"),
@@ -58,15 +64,18 @@ class Target:
     gain: float
     ppo_minutes: float
     valid_actions: float | None = None
+    measure: str = "success"  # or "return" (the gain in mean episode return, e.g. Crafter's)
 
 
 TARGETS = {
-    "goto": Target(gain=0.40, ppo_minutes=20.0, valid_actions=0.90),
+    "babyai/goto": Target(gain=0.40, ppo_minutes=20.0, valid_actions=0.90),
     # issue 22: BabaIsAI with episodes spanning iterations (recipes/cpu/learn_babaisai.sh)
-    "two_room-goto_win": Target(gain=0.25, ppo_minutes=45.0, valid_actions=0.90),
-    "goto_win-distr_obj": Target(gain=0.25, ppo_minutes=45.0, valid_actions=0.90),
+    "babaisai/two_room-goto_win": Target(gain=0.25, ppo_minutes=45.0, valid_actions=0.90),
+    "babaisai/goto_win-distr_obj": Target(gain=0.25, ppo_minutes=45.0, valid_actions=0.90),
+    # issue 22: Crafter, episodes of 100+ turns (recipes/cpu/learn_crafter.sh): mean return +1.0 over the start
+    "crafter/default": Target(gain=1.0, ppo_minutes=60.0, measure="return"),
 }
-"""Per task (the recipe's ``TASK``); every other task (Verlog's harder ones: pickup, open) gets
+"""Per env id (the recipe's ``ENV_ID``); every other task (Verlog's harder ones: pickup, open) gets
 :data:`HARDER_TARGET`."""
 HARDER_TARGET = Target(gain=0.20, ppo_minutes=45.0)
 
@@ -295,27 +304,39 @@ class LearningResults:
     ppo_seeds: dict[str, set[int]] = field(default_factory=dict)  # PPO run -> logged training seeds
     spans: dict[str, Spans] = field(default_factory=dict)  # PPO run -> its episodes across iterations
     notes: str = ""  # the run folder's notes.md: what was tried before this run, by hand
+    start_label: str = "SFT"  # the start model's label in evals and comparisons (START_MODELS)
+
+    def start_comparison(self) -> Comparison | None:
+        """PPO with dual GAE minus the start model, where both are evaluated."""
+        return next(
+            (c for c in self.comparisons if c.treatment == "PPO, dual GAE" and c.baseline == self.start_label), None
+        )
 
     def target_checks(self) -> dict[str, bool] | None:
-        """Each part of issue 13's target for dual-GAE PPO over SFT; None if the two evaluations are not there."""
-        for c in self.comparisons:
-            if c.treatment == "PPO, dual GAE" and c.baseline == "SFT":
-                dual = self.evals["PPO, dual GAE"]
-                seconds = self.timings.get(PPO_DUAL)
-                t = self.target
-                checks = {
-                    f"success gain >= +{100 * t.gain:.0f} points": c.success.estimate >= t.gain,
-                    "paired 95% interval above zero": c.success.low > 0,
-                }
-                if t.valid_actions is not None:
-                    checks[f"valid actions after PPO >= {100 * t.valid_actions:.0f}%"] = (
-                        dual.valid_action_rate >= t.valid_actions
-                    )
-                checks[f"PPO wall time <= {t.ppo_minutes:.0f} min"] = (
-                    seconds is not None and seconds <= 60 * t.ppo_minutes
-                )
-                return checks
-        return None
+        """Each part of the task's target for dual-GAE PPO over the start model; None if the two evaluations are not
+        there."""
+        c = self.start_comparison()
+        if c is None:
+            return None
+        dual = self.evals["PPO, dual GAE"]
+        seconds = self.timings.get(PPO_DUAL)
+        t = self.target
+        if t.measure == "return":
+            checks = {
+                f"mean return gain >= +{t.gain:.1f}": c.ret.estimate >= t.gain,
+                "paired 95% interval above zero": c.ret.low > 0,
+            }
+        else:
+            checks = {
+                f"success gain >= +{100 * t.gain:.0f} points": c.success.estimate >= t.gain,
+                "paired 95% interval above zero": c.success.low > 0,
+            }
+        if t.valid_actions is not None:
+            checks[f"valid actions after PPO >= {100 * t.valid_actions:.0f}%"] = (
+                dual.valid_action_rate >= t.valid_actions
+            )
+        checks[f"PPO wall time <= {t.ppo_minutes:.0f} min"] = seconds is not None and seconds <= 60 * t.ppo_minutes
+        return checks
 
     @property
     def env_id(self) -> str:
@@ -337,7 +358,7 @@ class LearningResults:
     @property
     def target(self) -> Target:
         """Issue 13's target for this run's task."""
-        return TARGETS.get(self.task, HARDER_TARGET)
+        return TARGETS.get(self.env_id, HARDER_TARGET)
 
     def target_met(self) -> bool | None:
         """Issue 13's target (every part of :meth:`target_checks`); None if not measured."""
@@ -360,8 +381,11 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         raise LearningResultsError(
             f"run folder {str(run)!r} does not exist: run recipes/cpu/learn_babyai.sh (OUTPUT_DIR=...) first"
         )
+    settings = read_settings(run)
+    start_label = "warm start" if settings.get("START") == "warm_start" else "SFT"
+    models = {start_label: START_MODELS[start_label], **{k: v for k, v in MODELS.items() if k != "SFT"}}
     evals = {}
-    for name, folder in MODELS.items():
+    for name, folder in models.items():
         result = load_eval(run / folder, name, n_resamples=n_resamples, seed=seed)
         if result is not None:
             evals[name] = result
@@ -371,7 +395,7 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         if (run / folder / METRICS_FILE).is_file()
     }
     comparisons = []
-    for a, b in COMPARISONS:
+    for a, b in ((a, start_label if b == "SFT" else b) for a, b in COMPARISONS):
         if a in evals and b in evals:
             comparisons.append(compare(evals[a], evals[b], n_resamples=n_resamples, seed=seed))
     demo_seeds: set[int] = set()
@@ -380,7 +404,6 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         from verlog.demos import used_seeds
 
         demo_seeds = used_seeds(run / DEMOS)
-    settings = read_settings(run)
     ppo_first: set[int] = set()
     if "PPO_SEED" in settings and "PPO_SLOTS" in settings:
         start = int(settings["PPO_SEED"])
@@ -412,8 +435,107 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         seed_overlaps=overlaps,
         ppo_seeds=ppo_seeds,
         spans=spans,
+        start_label=start_label,
         notes=(run / NOTES_FILE).read_text(encoding="utf-8") if (run / NOTES_FILE).is_file() else "",
     )
+
+
+# ------------------------------------------------------------------------------------------------ Crafter
+@dataclass(frozen=True)
+class CrafterMeasures:
+    """Crafter's own measures of one evaluation (from each episode's final ``achievements`` counts).
+
+    ``unlock``: achievement -> share of episodes that unlocked it at least once (95% bootstrap interval over episodes);
+    ``score``: the Crafter score in percent, ``exp(mean_i ln(1 + s_i)) - 1`` over the achievements' unlock rates
+    ``s_i`` in percent (the geometric mean the Crafter paper defines), with its bootstrap interval."""
+
+    unlock: dict[str, Interval]
+    score: Interval
+
+
+def _unlocked(records: Sequence[EpisodeRecord], names: Sequence[str]) -> np.ndarray:
+    """``[episodes, achievements]`` 1.0 where the episode unlocked the achievement."""
+    rows = []
+    for r in records:
+        got = r.env_stats.get("achievements") or {}
+        rows.append([1.0 if float(got.get(name, 0)) > 0 else 0.0 for name in names])
+    return np.asarray(rows, dtype=np.float64).reshape(len(records), len(names))
+
+
+def crafter_score(rates_percent: np.ndarray) -> np.ndarray:
+    """The Crafter score of unlock rates in percent (last axis: the achievements)."""
+    return np.exp(np.log1p(rates_percent).mean(axis=-1)) - 1.0
+
+
+def achievement_names(evals: Sequence[EvalResult]) -> list[str]:
+    """Every achievement named in the evaluations' records, sorted (empty: not a Crafter run)."""
+    names: set[str] = set()
+    for e in evals:
+        for r in e.records:
+            names.update((r.env_stats.get("achievements") or {}).keys())
+    return sorted(names)
+
+
+def crafter_measures(
+    result: EvalResult, names: Sequence[str], *, n_resamples: int = 10_000, seed: int = 0
+) -> CrafterMeasures:
+    """:class:`CrafterMeasures` of one evaluation over the achievements ``names``."""
+    unlocked = _unlocked(result.records, names)
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    unlock = {name: bootstrap_mean_ci(unlocked[:, i], **kw) for i, name in enumerate(names)}
+    idx = np.random.default_rng(seed).integers(0, len(unlocked), size=(n_resamples, len(unlocked)))
+    scores = crafter_score(100.0 * unlocked[idx].mean(axis=1))
+    low, high = np.quantile(scores, [0.025, 0.975])
+    estimate = float(crafter_score(100.0 * unlocked.mean(axis=0)))
+    return CrafterMeasures(unlock, Interval(estimate, float(low), float(high), 0.95, n_resamples))
+
+
+def crafter_score_diff(
+    a: EvalResult, b: EvalResult, names: Sequence[str], *, n_resamples: int = 10_000, seed: int = 0
+) -> Interval | None:
+    """Crafter score of ``a`` minus ``b``, paired by seed (the seeds both played; None when they share none)."""
+    by_seed_a = {r.seed: r for r in a.records}
+    by_seed_b = {r.seed: r for r in b.records}
+    common = sorted(set(by_seed_a) & set(by_seed_b))
+    if not common:
+        return None
+    ua = _unlocked([by_seed_a[k] for k in common], names)
+    ub = _unlocked([by_seed_b[k] for k in common], names)
+    idx = np.random.default_rng(seed).integers(0, len(common), size=(n_resamples, len(common)))
+    diffs = crafter_score(100.0 * ua[idx].mean(axis=1)) - crafter_score(100.0 * ub[idx].mean(axis=1))
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    estimate = float(crafter_score(100.0 * ua.mean(axis=0)) - crafter_score(100.0 * ub.mean(axis=0)))
+    return Interval(estimate, float(low), float(high), 0.95, n_resamples)
+
+
+def render_crafter(results: LearningResults, *, n_resamples: int = 10_000, seed: int = 0) -> list[str]:
+    """The markdown lines of Crafter's measures for every evaluated model (empty when no record has achievements)."""
+    names = achievement_names(list(results.evals.values()))
+    if not names:
+        return []
+    measures = {m: crafter_measures(e, names, n_resamples=n_resamples, seed=seed) for m, e in results.evals.items()}
+    models = list(measures)
+    lines = [
+        "## Crafter's measures (evaluation episodes, 95% bootstrap intervals)",
+        "",
+        "Unlock rate: the share of episodes that unlocked an achievement at least once. Crafter score: "
+        "exp(mean ln(1 + s_i)) - 1 over the achievements' unlock rates s_i in percent (the Crafter paper's geometric "
+        "mean). Mean return is in the models table above.",
+        "",
+        "| achievement | " + " | ".join(models) + " |",
+        "|---|" + "---|" * len(models),
+    ]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(_pct(measures[m].unlock[name]) for m in models) + " |")
+    lines.append("| **Crafter score (%)** | " + " | ".join(_num(measures[m].score) for m in models) + " |")
+    start = results.evals.get(results.start_label)
+    for m in models:
+        if m == results.start_label or start is None:
+            continue
+        diff = crafter_score_diff(results.evals[m], start, names, n_resamples=n_resamples, seed=seed)
+        if diff is not None:
+            lines.append(f"\nCrafter score, {m} − {results.start_label} (paired by seed): {_diff(diff)} points.")
+    return ["", *lines, ""]
 
 
 # ------------------------------------------------------------------------------------------------ the plot
@@ -453,13 +575,13 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
         warmup = int(results.settings.get("CRITIC_WARMUP", "0") or 0)
         if warmup > 0:
             ax.axvspan(0.5, warmup + 0.5, color="gray", alpha=0.12, label="critic warm-up (actor fixed)")
-        sft = results.evals.get("SFT")
+        sft = results.evals.get(results.start_label)
         if sft is not None:
             ax.axhline(
                 (sft.success if attr == "success" else sft.ret).estimate,
                 color="gray",
                 linestyle="--",
-                label="SFT model (evaluation)",
+                label=f"{results.start_label} model (evaluation)",
             )
         ax.set_xlabel("PPO iteration")
         ax.set_ylabel(f"{label} of episodes ended in the iteration")
@@ -516,7 +638,8 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     s = {k: shown_path(v) if v.startswith("/") else v for k, v in results.settings.items()}
     recipe = RECIPES.get(results.env_id.partition("/")[0], "learn_babyai.sh")
     lines = [
-        f"# Does verlog learn? SFT warm start, then PPO with dual-discount GAE, on {results.title} (2-core CPU)",
+        f"# Does verlog learn? {'SFT' if results.start_label == 'SFT' else 'Format-only'} warm start, then PPO with "
+        f"dual-discount GAE, on {results.title} (2-core CPU)",
         "",
         f"Written by `bench/learning.py` from the run folder `{shown_path(results.run_dir)}` "
         f"(`recipes/cpu/{recipe}`). Every number below is computed from that folder's files; "
@@ -527,26 +650,28 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
         lines += ["**SMOKE run: tiny budgets that check the chain, not learning. These numbers mean nothing.**", ""]
     lines += ["## Verdict", ""]
     met = results.target_met()
-    dual = next((c for c in results.comparisons if c.treatment == "PPO, dual GAE" and c.baseline == "SFT"), None)
+    dual = results.start_comparison()
+    start = results.start_label
     if met is None or dual is None:
-        lines.append("Not measured yet: the SFT and dual-GAE PPO evaluations are not both in the run folder.")
+        lines.append(f"Not measured yet: the {start} and dual-GAE PPO evaluations are not both in the run folder.")
     else:
         checks = results.target_checks() or {}
         verdict = "Target met" if met else "**Target not met**"
         lines.append(
-            f"{verdict}: PPO (dual GAE) changes success by {_pts(dual.success)} over the SFT model, with "
+            f"{verdict}: PPO (dual GAE) changes success by {_pts(dual.success)} and mean return by "
+            f"{_diff(dual.ret)} over the {start} model, with "
             f"{100 * results.evals['PPO, dual GAE'].valid_action_rate:.1f}% valid actions after PPO and "
             f"{_minutes(results.timings.get(PPO_DUAL))} of PPO wall time (start-up included)."
             + ("" if met else ' See "What to try" below.')
         )
-        lines += ["", "| part of the target (issue 13) | met |", "|---|---|"]
+        lines += ["", "| part of the target | met |", "|---|---|"]
         lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks.items()]
     lines += ["", "## Models (evaluation episodes, 95% percentile-bootstrap intervals)", ""]
     lines += [
         "| model | episodes | success rate | mean return | valid actions | mean steps |",
         "|---|---|---|---|---|---|",
     ]
-    for name in MODELS:
+    for name in [results.start_label, *(k for k in MODELS if k != "SFT")]:
         e = results.evals.get(name)
         if e is None and name == "PPO, single GAE" and s.get("SINGLE_GAE") == "0":
             lines.append(f"| {name} | not run (`SINGLE_GAE=0`) | | | | |")
@@ -569,6 +694,7 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
             lines += ["", "The last row is the dual- vs single-discount comparison (same SFT start, budget and seeds)."]
     else:
         lines.append("No two models evaluated yet.")
+    lines += render_crafter(results)
     lines += ["", "## Learning curves (rollout episodes during PPO)", ""]
     if png_name:
         lines += [f"![success and return against PPO iteration]({png_name})", ""]
@@ -751,6 +877,7 @@ def as_dict(results: LearningResults) -> dict[str, Any]:
         "task": results.task,
         "env_id": results.env_id,
         "spans": {name: {**vars(sp), "share": sp.share} for name, sp in results.spans.items()},
+        "crafter": _crafter_dict(results),
         "target_met": results.target_met(),
         "seed_overlaps": results.seed_overlaps,
     }
@@ -775,6 +902,16 @@ def check_start(run_dir: str | Path, eval_name: str, bound: float) -> int:
         return 2
     print(f"[learning] start model: {100 * rate:.1f}% success, within the start bound of {100 * bound:.0f}%")
     return 0
+
+
+def _crafter_dict(results: LearningResults) -> dict[str, Any]:
+    """Crafter's measures of every evaluated model as JSON data (empty when not a Crafter run)."""
+    names = achievement_names(list(results.evals.values()))
+    out = {}
+    for model, e in results.evals.items() if names else ():
+        m = crafter_measures(e, names)
+        out[model] = {"score": m.score.as_dict(), "unlock": {k: v.as_dict() for k, v in m.unlock.items()}}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import shlex
@@ -386,3 +387,41 @@ def test_babaisai_recipe_refuses_turns_not_below_the_step_limit(tmp_path):
     assert bad.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
     overlap = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), EVAL_SEED_START="10")
     assert overlap.returncode == 2 and "seed ranges overlap" in overlap.stderr
+
+
+# ------------------------------------------------------------------------------------------------ Crafter
+def _crafter_eval(folder: Path, achievements: list[dict], returns: list[float]) -> None:
+    folder.mkdir(parents=True)
+    with (folder / "episodes.jsonl").open("w") as f:
+        for i, (got, ret) in enumerate(zip(achievements, returns)):
+            rec = {**_record(2000 + i, i, False, ret), "env": "crafter", "task": "default", "env_id": "crafter/default",
+                   "env_stats": {"achievements": got}}  # fmt: skip
+            f.write(json.dumps(rec) + "\n")
+
+
+def test_crafter_measures_by_hand(tmp_path):
+    run = tmp_path / "run"
+    none = {"collect_wood": 0, "place_table": 0}
+    start = [none, none, none, none]
+    ppo = [{"collect_wood": 2, "place_table": 1}, {"collect_wood": 1, "place_table": 0}, none, none]
+    _crafter_eval(run / learning.EVAL_WARM, start, [0.0, 0.0, 0.0, 0.0])
+    _crafter_eval(run / EVAL_DUAL, ppo, [3.0, 1.0, 0.0, 0.0])
+    (run / "settings.env").write_text("START=warm_start\nENV_ID=crafter/default\n")
+    res = collect(run, n_resamples=B)
+    assert res.start_label == "warm start" and set(res.evals) == {"warm start", "PPO, dual GAE"}
+    names = learning.achievement_names(list(res.evals.values()))
+    assert names == ["collect_wood", "place_table"]
+    m = learning.crafter_measures(res.evals["PPO, dual GAE"], names, n_resamples=B)
+    assert m.unlock["collect_wood"].estimate == 0.5 and m.unlock["place_table"].estimate == 0.25
+    assert m.score.estimate == pytest.approx(math.sqrt(51 * 26) - 1)  # exp(mean ln(1 + s)) - 1, s in percent
+    assert m.score.low <= m.score.estimate <= m.score.high
+    assert learning.crafter_measures(res.evals["warm start"], names, n_resamples=B).score.estimate == 0.0
+    diff = learning.crafter_score_diff(res.evals["PPO, dual GAE"], res.evals["warm start"], names, n_resamples=B)
+    assert diff.estimate == pytest.approx(math.sqrt(51 * 26) - 1)
+    # Crafter's target is the mean return (+1.0 over the start, paired interval above zero)
+    checks = res.target_checks()
+    assert res.target.measure == "return" and checks["mean return gain >= +1.0"] is True
+    md = render_markdown(res)
+    assert "## Crafter's measures" in md and "| collect_wood | 0.0% [0.0, 0.0] | 50.0%" in md
+    assert "Crafter score, PPO, dual GAE − warm start (paired by seed): +35.414" in md
+    assert learning.as_dict(res)["crafter"]["PPO, dual GAE"]["unlock"]["place_table"]["estimate"] == 0.25
