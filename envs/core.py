@@ -118,7 +118,14 @@ class TextObservationSpace(gym.spaces.Space):
         return False
 
 
-class TextEnv(gym.Env):
+class RecordsEnvId:
+    """Marks an env whose saved states carry the registered id it was built from: :func:`envs.registry.make` sets
+    its ``env_id`` (:class:`TextEnv`, :class:`envs.multitask.MultiTaskEnv`)."""
+
+    env_id: str | None = None
+
+
+class TextEnv(gym.Env, RecordsEnvId):
     """Base class of verlog's text environments.
 
     Subclasses set ``actions`` (the valid action strings), ``default_action``, ``max_steps`` and implement:

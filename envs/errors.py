@@ -31,3 +31,8 @@ class EnvOutputError(EnvError, ValueError):
 
 class EnvImportError(EnvError, ImportError):
     """A module named to register envs (``--import MODULE``, ``env.imports``) cannot be imported."""
+
+
+class EnvBuildError(EnvError, ValueError):
+    """An env that does not build, or does not reset, with the keyword arguments given (``envs.registry.build_env``):
+    the message names the argument at fault and where it came from."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.core import TextActionSpace, TextObservation, TextObservationSpace
+from envs.core import RecordsEnvId, TextActionSpace, TextObservation, TextObservationSpace
 from envs.errors import EnvError, EnvStateError
 from envs.registry import make, register, registered_factory
 from envs.sealed import ChecksumMismatch, seal, unseal
@@ -105,7 +105,7 @@ def task_env_ids(tasks: Any) -> dict[str, str]:
     return {name: _name(spec) for name, (spec, _) in _parse_tasks(tasks).items()}
 
 
-class MultiTaskEnv(gym.Env):
+class MultiTaskEnv(gym.Env, RecordsEnvId):
     """A text env that switches between task families (each its own registered env id) at reset.
 
     Args:

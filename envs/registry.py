@@ -1,18 +1,29 @@
-"""The env registry: ids such as ``babyai/goto`` mapped to factories, loaded lazily."""
+"""The env registry: ids such as ``babyai/goto`` mapped to factories, loaded lazily.
+
+It is the one place an env id is resolved and checked: a registered id, or an entry point ``"package.module:attr"``
+(:func:`resolve_env_factory`, :func:`register_entry_point`), modules of one's own that register envs
+(:func:`import_modules`, ``--import MODULE``), and the checks every command and the training preflight run before
+anything starts (:func:`check_env_id`, :func:`build_env`). Their errors are :class:`envs.errors.EnvError`s whose
+message names the input at fault and the fix; the callers add only where the input came from.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
+import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from envs.errors import EnvImportError, EnvRegistrationError, UnknownEnvError
+from envs.core import RecordsEnvId
+from envs.errors import EnvBuildError, EnvImportError, EnvRegistrationError, UnknownEnvError
 
 Factory = Callable[..., Any]
 _REGISTRY: dict[str, Factory | str] = {}
@@ -112,9 +123,8 @@ def registered_factory(env_id: str) -> Factory:
         )
     factory = _REGISTRY[env_id]
     if isinstance(factory, str):
-        module_name, _, attr = factory.partition(":")
         try:
-            factory = getattr(importlib.import_module(module_name), attr)
+            factory = _load_entry_point(factory)
         except (ImportError, AttributeError) as exc:
             raise EnvRegistrationError(
                 f"entry point {_REGISTRY[env_id]!r} of {env_id!r} cannot be loaded: {exc}"
@@ -130,13 +140,148 @@ def make(env_id: str, **kwargs: Any) -> Any:
     ``env_id`` attribute), which its saved states carry: ``set_state`` refuses a state of another id.
     """
     env = registered_factory(env_id)(**kwargs)
-    from envs.core import TextEnv
-    from envs.multitask import MultiTaskEnv
-
     target = getattr(env, "unwrapped", env)
-    if isinstance(target, (TextEnv, MultiTaskEnv)):
+    if isinstance(target, RecordsEnvId):
         target.env_id = env_id
     return env
+
+
+# ------------------------------------------------------------------------------------------------ entry points
+def _load_entry_point(spec: str) -> Any:
+    """The object ``"package.module:attr"`` names (the ImportError or AttributeError as raised)."""
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def resolve_env_factory(env_id: str) -> str | Factory:
+    """A registered env id stays as is; ``"package.module:attr"`` becomes that callable (e.g. a test's env).
+
+    Raises:
+        EnvRegistrationError: (a ValueError) the module or the attribute cannot be loaded.
+    """
+    if ":" not in env_id:
+        return env_id
+    try:
+        return _load_entry_point(env_id)
+    except (ImportError, AttributeError) as exc:
+        raise EnvRegistrationError(
+            f"env factory {env_id!r} cannot be loaded ({exc}); give a registered id or 'module:attr'"
+        ) from exc
+
+
+def _entry_point(env_id: str, option: str | None) -> Any:
+    """:func:`resolve_env_factory` of ``env_id``; its error prefixed with ``option`` (where the id came from)."""
+    try:
+        return resolve_env_factory(env_id)
+    except EnvRegistrationError as exc:
+        if option is None:
+            raise
+        raise EnvRegistrationError(f"{option}: {exc}") from None
+
+
+def register_entry_point(env_id: str, option: str | None = None) -> None:
+    """Register a ``package.module:factory`` env id under that same id, so that :func:`make` (and the env-pool
+    workers) build it; a registered id is left alone. EnvRegistrationError (prefixed with ``option``, when given)
+    when it cannot be loaded."""
+    if ":" in env_id and env_id not in _REGISTRY:
+        register(env_id, _entry_point(env_id, option))
+
+
+# ------------------------------------------------------------------------------------------------ checks
+def check_env_id(env_id: str, option: str = "env id") -> None:
+    """``env_id`` is a registered id or an importable ``package.module:factory``; else UnknownEnvError with the close
+    ids (or EnvRegistrationError), the message starting with ``option``."""
+    if ":" in env_id:
+        _entry_point(env_id, option)
+        return
+    known = list_envs()
+    if env_id in known:
+        return
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UnknownEnvError(
+        f"{option} {env_id!r} is not a registered env.{hint} `verlog envs` lists them; an env of your own needs "
+        "--import MODULE (the module that calls envs.register) or the form package.module:factory"
+    )
+
+
+def accepted_kwargs(factory: Any) -> list[str] | None:
+    """The keyword arguments ``factory`` takes (following ``**kwargs`` up a class's ``__init__`` chain), or None
+    when they cannot be known (a function that passes ``**kwargs`` on)."""
+    bound: set[str] = set()
+    positional = 0
+    target = factory
+    while isinstance(target, functools.partial):
+        bound |= set(target.keywords)
+        positional += len(target.args)
+        target = target.func
+    chain = [c for c in target.__mro__ if "__init__" in c.__dict__] if isinstance(target, type) else [target]
+    names: list[str] = []
+    for depth, item in enumerate(chain):
+        try:
+            params = list(inspect.signature(item.__init__ if isinstance(item, type) else item).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        params = [p for p in params if p.name != "self"]
+        if depth == 0:  # the partial's positional arguments fill the first parameters
+            params = [p for k, p in enumerate(params) if k >= positional or p.kind is p.KEYWORD_ONLY]
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return [n for n in names if n not in bound]
+        if not isinstance(target, type):
+            return None
+    return None
+
+
+def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool = True, seed: int = 0) -> Any:
+    """Build ``env_id`` (a registered id or ``package.module:factory``) with ``kwargs`` and reset it with ``seed``.
+
+    ``origin`` says where the kwargs come from (``--env-arg``, ``env.kwargs``, ``--env-kwargs``) for the message.
+
+    Raises:
+        UnknownEnvError, EnvRegistrationError: the id does not resolve.
+        EnvBuildError: the env does not build or reset with these kwargs; an argument the env does not take is named
+            with the close ones it takes.
+    """
+    factory = _entry_point(env_id, "env id") if ":" in env_id else registered_factory(env_id)
+    env = None
+    try:
+        env = factory(**kwargs)
+        if reset:
+            env.reset(seed=seed)
+        return env
+    except TypeError as exc:
+        _close(env)
+        match = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if match is None or match.group(1) not in kwargs:  # not one of the given arguments: the factory's own error
+            raise EnvBuildError(_build_failure(env_id, kwargs, origin, exc)) from None
+        bad = match.group(1)
+        accepted = accepted_kwargs(factory)
+        lines = [f"env {env_id!r} takes no keyword argument {bad!r} (from {origin}: {bad}={kwargs.get(bad)!r})."]
+        if accepted:
+            close = difflib.get_close_matches(bad, accepted, n=1, cutoff=0.6)
+            if close:
+                lines.append(f"Did you mean {close[0]!r}?")
+            lines.append(f"It takes: {', '.join(accepted)}.")
+        raise EnvBuildError(" ".join(lines)) from None
+    except Exception as exc:  # the factory or reset raised on these settings
+        _close(env)
+        raise EnvBuildError(_build_failure(env_id, kwargs, origin, exc)) from None
+
+
+def _close(env: Any) -> None:
+    if env is not None:
+        with contextlib.suppress(Exception):
+            env.close()
+
+
+def _build_failure(env_id: str, kwargs: dict[str, Any], origin: str, exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return (
+        f"building env {env_id!r} with {origin} {kwargs} and resetting it failed: {type(exc).__name__}: {exc}{at}; "
+        f"check {origin}"
+    )
 
 
 def ensure_importable(folder: str | os.PathLike | None = None) -> str:
