@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
-import functools
-import inspect
 import json
 import os
 import re
 import sys
-import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,125 +169,43 @@ def import_user_modules(modules: Iterable[str] = (), option: str = "--import") -
 
 
 # ------------------------------------------------------------------------------------------------ envs
-def check_env_id(env_id: str, option: str = "env id") -> None:
-    """``env_id`` is a registered id or an importable ``package.module:factory``, or UsageError with close ids."""
-    import envs
-
-    if ":" in env_id:
-        _entry_point(env_id, option)
-        return
-    known = envs.list_envs()
-    if env_id in known:
-        return
-    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise UsageError(
-        f"{option} {env_id!r} is not a registered env.{hint} `verlog envs` lists them; an env of your own needs "
-        "--import MODULE (the module that calls envs.register) or the form package.module:factory"
-    )
-
-
-def register_entry_point(env_id: str, option: str = "env id") -> None:
-    """Register a ``package.module:factory`` env id under that name (so ``envs.make`` builds it); others stay."""
-    import envs
-
-    if ":" in env_id and env_id not in envs.list_envs():
-        envs.register(env_id, _entry_point(env_id, option))
-
-
-def _entry_point(env_id: str, option: str) -> Any:
-    from verlog.rollout.manager import resolve_env_factory
+# The checks themselves live in envs.registry (the one place env ids are resolved); here their errors become
+# UsageErrors, with the same message.
+@contextlib.contextmanager
+def _as_usage_error() -> Iterator[None]:
+    from envs.errors import EnvError
 
     try:
-        return resolve_env_factory(env_id)
-    except ValueError as exc:
-        raise UsageError(f"{option}: {exc}") from None
-
-
-def _factory(env_id: str) -> Any:
-    import envs
-
-    if ":" in env_id:
-        return _entry_point(env_id, "env id")
-    try:
-        return envs.registered_factory(env_id)
-    except envs.EnvError as exc:  # an unknown id, or an entry point that cannot be loaded
+        yield
+    except EnvError as exc:
         raise UsageError(str(exc)) from None
 
 
-def accepted_kwargs(factory: Any) -> list[str] | None:
-    """The keyword arguments ``factory`` takes (following ``**kwargs`` up a class's ``__init__`` chain), or None
-    when they cannot be known (a function that passes ``**kwargs`` on)."""
-    bound: set[str] = set()
-    positional = 0
-    target = factory
-    while isinstance(target, functools.partial):
-        bound |= set(target.keywords)
-        positional += len(target.args)
-        target = target.func
-    chain = [c for c in target.__mro__ if "__init__" in c.__dict__] if isinstance(target, type) else [target]
-    names: list[str] = []
-    for depth, item in enumerate(chain):
-        try:
-            params = list(inspect.signature(item.__init__ if isinstance(item, type) else item).parameters.values())
-        except (TypeError, ValueError):
-            return None
-        params = [p for p in params if p.name != "self"]
-        if depth == 0:  # the partial's positional arguments fill the first parameters
-            params = [p for k, p in enumerate(params) if k >= positional or p.kind is p.KEYWORD_ONLY]
-        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return [n for n in names if n not in bound]
-        if not isinstance(target, type):
-            return None
-    return None
+def check_env_id(env_id: str, option: str = "env id") -> None:
+    """``env_id`` is a registered id or an importable ``package.module:factory``, or UsageError with close ids
+    (:func:`envs.registry.check_env_id`)."""
+    from envs import registry
+
+    with _as_usage_error():
+        registry.check_env_id(env_id, option)
+
+
+def register_entry_point(env_id: str, option: str = "env id") -> None:
+    """Register a ``package.module:factory`` env id under that name (so ``envs.make`` builds it); others stay
+    (:func:`envs.registry.register_entry_point`)."""
+    from envs import registry
+
+    with _as_usage_error():
+        registry.register_entry_point(env_id, option)
 
 
 def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool = True, seed: int = 0) -> Any:
-    """Build ``env_id`` with ``kwargs`` (and reset it with ``seed``), or UsageError naming the input at fault.
+    """Build ``env_id`` with ``kwargs`` (and reset it with ``seed``), or UsageError naming the input at fault
+    (:func:`envs.registry.build_env`; ``origin`` says where the kwargs come from)."""
+    from envs import registry
 
-    ``origin`` says where the kwargs come from (``--env-arg``, ``env.kwargs``, ``--env-kwargs``) for the message;
-    an argument the env does not take is named with the close ones it takes.
-    """
-    factory = _factory(env_id)
-    env = None
-    try:
-        env = factory(**kwargs)
-        if reset:
-            env.reset(seed=seed)
-        return env
-    except TypeError as exc:
-        _close(env)
-        match = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-        if match is None or match.group(1) not in kwargs:  # not one of the given arguments: the factory's own error
-            raise UsageError(_build_failure(env_id, kwargs, origin, exc)) from None
-        bad = match.group(1)
-        accepted = accepted_kwargs(factory)
-        lines = [f"env {env_id!r} takes no keyword argument {bad!r} (from {origin}: {bad}={kwargs.get(bad)!r})."]
-        if accepted:
-            close = difflib.get_close_matches(bad, accepted, n=1, cutoff=0.6)
-            if close:
-                lines.append(f"Did you mean {close[0]!r}?")
-            lines.append(f"It takes: {', '.join(accepted)}.")
-        raise UsageError(" ".join(lines)) from None
-    except Exception as exc:  # the factory or reset raised on these settings
-        _close(env)
-        raise UsageError(_build_failure(env_id, kwargs, origin, exc)) from None
-
-
-def _close(env: Any) -> None:
-    if env is not None:
-        with contextlib.suppress(Exception):
-            env.close()
-
-
-def _build_failure(env_id: str, kwargs: dict[str, Any], origin: str, exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return (
-        f"building env {env_id!r} with {origin} {kwargs} and resetting it failed: {type(exc).__name__}: {exc}{at}; "
-        f"check {origin}"
-    )
+    with _as_usage_error():
+        return registry.build_env(env_id, kwargs, origin, reset=reset, seed=seed)
 
 
 # ------------------------------------------------------------------------------------------------ folders

@@ -133,8 +133,8 @@ Rule = tuple[str, Callable[[Any], bool], str]
 def _rules() -> list[Rule]:
     """(key, test, requirement) for each key with a range; the requirement is what the message asks for.
 
-    The ``evaluation`` and ``tapes`` sections are checked by their own modules (verlog/trainer/evaluation.py,
-    verlog/tapes.py), through :func:`check_tapes` and :func:`verlog.config.preflight.check_evaluation`.
+    The ``evaluation`` and ``tapes`` sections are checked by their own modules (verlog/eval/training.py,
+    verlog/tapes.py), through :func:`check_evaluation` and :func:`check_tapes`.
     """
     at_least_0 = ("an integer >= 0", lambda v: v >= 0)
     at_least_1 = ("an integer >= 1", lambda v: v >= 1)
@@ -412,11 +412,21 @@ def check_config(cfg: TrainConfig | DictConfig) -> TrainConfig:
     typed, problems = (cfg, []) if isinstance(cfg, TrainConfig) else typed_config(cfg)
     problems += config_problems(typed, skip=[p.key for p in problems])
     if not problems:
-        from verlog.config.preflight import check_evaluation
-
         problems += check_evaluation(typed)
     raise_if(problems)
     return typed
+
+
+def check_evaluation(cfg: TrainConfig) -> list[Problem]:
+    """Evaluation inside training (:func:`verlog.eval.training.check_evaluation`): seeds out of training's reach, the
+    env builds at the last evaluation seed."""
+    from verlog.eval.training import check_evaluation as check
+
+    try:
+        check(as_dictconfig(cfg), cfg.max_turns_per_slot)
+    except VerlogError as exc:
+        return [Problem("evaluation", str(exc))]
+    return []
 
 
 def check_tapes(cfg: TrainConfig) -> list[Problem]:

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from verlog.config.checks import (
     Problem,
     TrainConfigError,
-    as_dictconfig,
+    check_evaluation,
     config_problems,
     raise_if,
     typed_config,
@@ -86,13 +86,14 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
     """``env.imports`` import, then each env the slots will play (``env.id``, or every family of ``env.tasks``)
     resolves, builds with ``env.kwargs`` (less the keys in ``drop``; a family's own kwargs over them) and resets;
     with ``budget``, its instruction and first observation fit the prompt budget (:func:`check_prompt_budget`)."""
-    from verlog.commands.common import UsageError, build_env, check_env_id, import_user_modules
+    from envs.errors import EnvError, EnvImportError
+    from envs.registry import build_env, check_env_id, import_modules
     from verlog.curriculum import CurriculumSettingsError, parse_task_families
 
     try:
-        import_user_modules(cfg.env.imports, "env.imports")
-    except UsageError as exc:
-        return [Problem("env.imports", str(exc))]
+        import_modules(cfg.env.imports)
+    except EnvImportError as exc:
+        return [Problem("env.imports", f"env.imports: {exc}")]
     shared = {k: v for k, v in cfg.env.kwargs.items() if k not in drop}
     if cfg.env.tasks:  # multi-task: the families' envs (env.id is not built)
         try:
@@ -111,7 +112,7 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
         try:
             check_env_id(env_id, key)
             env = build_env(env_id, kwargs, f"{key} (with env.kwargs)" if label else "env.kwargs", seed=cfg.seed)
-        except UsageError as exc:
+        except EnvError as exc:
             problems.append(_env_build_problem(cfg, key, label, exc))
             continue
         try:
@@ -188,18 +189,6 @@ def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
                 f"to at least {need}, better {2 ** math.ceil(math.log2(need * 2))} to leave room for the history",
             )
         ]
-    return []
-
-
-def check_evaluation(cfg: TrainConfig) -> list[Problem]:
-    """Evaluation inside training: seeds out of training's reach, the env builds at the last evaluation seed."""
-    from verlog.errors import VerlogError
-    from verlog.trainer.evaluation import check_evaluation as check
-
-    try:
-        check(as_dictconfig(cfg))
-    except VerlogError as exc:
-        return [Problem("evaluation", str(exc))]
     return []
 
 

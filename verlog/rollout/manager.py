@@ -26,11 +26,11 @@ limit lies beyond ``turns_per_slot``, so with the envs' time limits that never h
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from envs.multitask import TASK_OPTION
+from envs.registry import resolve_env_factory
 from verlog.curriculum import TaskCurriculum
 from verlog.errors import VerlogError
 from verlog.memory import SlidingMemory
@@ -62,19 +62,6 @@ def group_seed(first_seed: int, iteration: int) -> int:
     if iteration == 0:
         return int(first_seed)
     return int(np.random.default_rng(int(first_seed)).integers(0, GROUP_SEED_END, size=iteration)[-1])
-
-
-def resolve_env_factory(env_id: str) -> str | Callable[..., Any]:
-    """A registered env id stays as is; ``"package.module:attr"`` becomes that callable (e.g. a test's env)."""
-    if ":" not in env_id:
-        return env_id
-    module_name, _, attr = env_id.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(
-            f"env factory {env_id!r} cannot be loaded ({exc}); give a registered id or 'module:attr'"
-        ) from exc
 
 
 def make_env_pool(

@@ -9,10 +9,8 @@ and memory per seed, ``env.id`` built with training's ``env.kwargs`` in an env p
 retries. Nothing here imports verl.
 
 Seeds: episode ``i`` gets ``evaluation.seed_start + i`` at every evaluation (the same layouts each time, so the
-curve is paired by seed). Training's slots start at ``seed .. seed + num_slots - 1`` and draw later episodes' seeds
-from ``[0, 2**31 - 1)`` (:func:`envs.pool.drawn_seeds`); the default ``seed_start`` of ``2**31`` lies above every
-draw. :func:`check_evaluation` rejects, before anything starts, evaluation seeds that a training slot starts with or
-can draw within the run's steps.
+curve is paired by seed), disjoint from every seed training's slots start with or draw: the protocol and that check
+(run before anything starts) are :mod:`verlog.eval.training`'s.
 """
 
 from __future__ import annotations
@@ -27,18 +25,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlog.eval.protocol import EvalProtocol, EvalProtocolError
+from verlog.eval.protocol import EvalProtocol
 from verlog.eval.runner import EpisodeRecord
+from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # its old home: tests import it here
+from verlog.eval.training import eval_protocol
 from verlog.rollout.generator import Generator, SamplingConfig
-from verlog.trainer.config import TrainConfigError
 
 EVAL_PREFIX = "eval/"
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 """Every evaluation episode, one JSON line each with its ``iteration`` (relative to ``output_dir``)."""
-
-RESERVED_SEED_START = 2**31
-"""The first seed no training slot can draw (``envs.pool.DRAWN_SEED_END`` is ``2**31 - 1``): the default
-``evaluation.seed_start``."""
 
 # per-episode quantities reported as eval/<name> (mean) and eval/<name>_se (BALROG's standard error)
 _MEASURES = {
@@ -47,11 +42,6 @@ _MEASURES = {
     "return": lambda r: float(r.episode_return),
     "valid_action_rate": lambda r: float(r.valid_action_rate),
 }
-
-
-def evaluation_every(cfg: DictConfig) -> int:
-    """``evaluation.every`` (0 when the config has no evaluation section, e.g. a run saved before it existed)."""
-    return int(OmegaConf.select(cfg, "evaluation.every", default=0) or 0)
 
 
 def memory_kwargs(cfg: DictConfig) -> dict[str, Any]:
@@ -74,18 +64,6 @@ def pool_kwargs(cfg: DictConfig) -> dict[str, Any]:
         "num_workers": None if workers is None else int(workers),
         "generation_retries": int(OmegaConf.select(cfg, "rollout.generation_retries", default=1)),
     }
-
-
-def eval_protocol(cfg: DictConfig) -> EvalProtocol:
-    """The evaluation's episodes: ``evaluation.episodes`` of ``env.id`` from ``evaluation.seed_start``, training's env
-    kwargs (the step limit included)."""
-    ev, kwargs = cfg.evaluation, cfg.env.get("kwargs")
-    return EvalProtocol(
-        tasks=(str(cfg.env.id),),
-        episodes_per_task=int(ev.episodes),
-        seed_start=int(ev.seed_start),
-        env_kwargs=dict(OmegaConf.to_container(kwargs, resolve=True)) if kwargs else {},
-    )
 
 
 def family_protocols(cfg: DictConfig) -> tuple[tuple[str, EvalProtocol], ...]:
@@ -135,94 +113,6 @@ def steps_per_slot(cfg: DictConfig) -> int:
     return typed.max_turns_per_slot
 
 
-def training_seed_overlap(cfg: DictConfig, eval_seeds: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(evaluation seeds a training slot starts with, evaluation seeds a slot can draw for a later episode)."""
-    import numpy as np
-
-    from envs.pool import DRAWN_SEED_END, drawn_seeds
-
-    seeds = sorted({int(s) for s in eval_seeds})
-    first, slots = int(cfg.seed), int(cfg.rollout.num_slots)
-    starts = [s for s in seeds if first <= s < first + slots]
-    drawable = np.asarray([s for s in seeds if s < DRAWN_SEED_END], dtype=np.int64)
-    drawn: set[int] = set()
-    if drawable.size:
-        count = steps_per_slot(cfg)
-        for slot in range(slots):
-            stream = drawn_seeds(first + slot, count)
-            drawn.update(int(s) for s in drawable[np.isin(drawable, stream)])
-    return starts, sorted(drawn)
-
-
-def check_evaluation(cfg: DictConfig) -> None:
-    """Reject an evaluation that cannot run or that would meet training's seeds (called by ``check_config``)."""
-    every = evaluation_every(cfg)
-    if every < 0:
-        raise TrainConfigError(f"evaluation.every must be >= 0 iterations (0 turns evaluation off), got {every}")
-    if every == 0:
-        return
-    ev = cfg.evaluation
-    if int(ev.episodes) < 1:
-        raise TrainConfigError(f"evaluation.episodes must be >= 1, got {ev.episodes} (or set evaluation.every=0)")
-    if float(ev.temperature) < 0:
-        raise TrainConfigError(f"evaluation.temperature must be >= 0 (0 is greedy), got {ev.temperature}")
-    try:
-        protocol = eval_protocol(cfg)
-    except EvalProtocolError as exc:
-        raise TrainConfigError(f"evaluation: {exc}") from exc
-    seeds = protocol.seed_list()
-    span = f"evaluation seeds {seeds[0]}..{seeds[-1]} (evaluation.seed_start={ev.seed_start}, episodes={ev.episodes})"
-    starts, drawn = training_seed_overlap(cfg, seeds)
-    if starts:
-        raise TrainConfigError(
-            f"{span} include {_shown(starts)}, the seed(s) training's slots start with (seed={cfg.seed} .. "
-            f"{int(cfg.seed) + int(cfg.rollout.num_slots) - 1}): evaluation would replay training layouts; use "
-            f"evaluation.seed_start={RESERVED_SEED_START} (no training slot reaches seeds from there) or move seed"
-        )
-    if drawn:
-        raise TrainConfigError(
-            f"{span} include {_shown(drawn)}, which training's slots can draw for later episodes within the run's "
-            f"{steps_per_slot(cfg)} steps per slot: use evaluation.seed_start={RESERVED_SEED_START} (seeds from "
-            "there are never drawn) or another range"
-        )
-    _check_env_builds(str(cfg.env.id), protocol.env_kwargs, max(seeds))
-
-
-def _shown(seeds: list[int]) -> str:
-    return ", ".join(str(s) for s in seeds[:5]) + (f" and {len(seeds) - 5} more" if len(seeds) > 5 else "")
-
-
-def ensure_registered(env_id: str) -> None:
-    """An entry-point ``env.id`` (``package.module:factory``, resolved by the training pool) registered under that
-    same id, so that ``envs.make`` (the evaluation runner's) builds it too."""
-    if ":" not in env_id:
-        return
-    import envs
-    from envs.registry import _REGISTRY
-    from verlog.rollout.manager import resolve_env_factory
-
-    if env_id not in _REGISTRY:
-        envs.register(env_id, resolve_env_factory(env_id))
-
-
-def _check_env_builds(env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
-    import envs
-
-    try:
-        ensure_registered(env_id)
-        env = envs.make(env_id, **env_kwargs)
-        try:
-            env.reset(seed=seed)
-        finally:
-            env.close()
-    except Exception as exc:  # any failure here would stop the first evaluation mid-run
-        raise TrainConfigError(
-            f"evaluation cannot run: building env {env_id!r} with env.kwargs {env_kwargs} and resetting it with "
-            f"evaluation seed {seed} failed ({type(exc).__name__}: {exc}); fix the env settings or set "
-            "evaluation.every=0"
-        ) from exc
-
-
 def eval_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
     """``eval/<measure>`` means and ``eval/<measure>_se`` standard errors (BALROG's: population sd / sqrt(N)) of
     success, progression, return and valid-action rate, plus ``eval/episodes`` and ``eval/length``."""
@@ -267,9 +157,10 @@ class TrainingEvaluator:
     def from_config(cls, cfg: DictConfig) -> TrainingEvaluator:
         import dataclasses
 
+        from envs.registry import register_entry_point
         from verlog.tapes import TapeSettings, frame_env_kwargs
 
-        ensure_registered(str(cfg.env.id))
+        register_entry_point(str(cfg.env.id))  # an entry-point env.id: envs.make (the runner's) builds it too
         tapes = TapeSettings.from_config(cfg)
         protocol = eval_protocol(cfg)
         if tapes.frames and tapes.eval_episodes:
