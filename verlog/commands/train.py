@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         cfg = preflight(composed, imports)
         if getattr(args, "dry_run", False):
-            from verlog.config.dry_run import describe_run
+            from verlog.trainer.dry_run import describe_run
 
             shown = [f"--import={m}" for m in imports]  # in the command it prints
             print(describe_run(cfg, [*shown, *args.overrides], args.config_dir, args.config_name), flush=True)

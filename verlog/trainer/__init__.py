@@ -1,6 +1,7 @@
 """verl integration: the only place in verlog that subclasses or calls verl's trainer and workers.
 
 - :mod:`verlog.trainer.config`: verlog's config -> verl's PPO config.
+- :mod:`verlog.trainer.dry_run`: what ``verlog train --dry-run`` prints (the checked config and verl's derived keys).
 - :mod:`verlog.trainer.agent_loop`: the rollout seam (verl's AgentLoopManager running verlog's RolloutManager).
 - :mod:`verlog.trainer.evaluation`: evaluation inside training (``evaluation.every``; no verl import).
 - :mod:`verlog.trainer.ppo`: VerlogPPOTrainer (verl's legacy RayPPOTrainer + values, dual GAE, checkpoints, metrics).

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from omegaconf import OmegaConf
 
 from verlog.config.schema import TrainConfig
+from verlog.trainer.config import build_verl_config, verl_overrides
 
 
 def command_line(overrides: Sequence[str], config_dir: str | None, config_name: str) -> str:
@@ -29,8 +30,6 @@ def describe_run(
     cfg: TrainConfig, overrides: Sequence[str] = (), config_dir: str | None = None, config_name: str = "train"
 ) -> str:
     """Describe the run of the checked config ``cfg`` (see the module docstring)."""
-    from verlog.trainer.config import build_verl_config, verl_overrides
-
     if cfg.verl:
         build_verl_config(cfg)  # merges the verl: section into verl's PPO config (unknown verl keys are errors)
     ro, hw = cfg.rollout, cfg.hardware
