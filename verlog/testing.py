@@ -112,6 +112,32 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
     return fast
 
 
+def env_corpus(env_id: str, *, episodes: int = 8, steps: int = 40, seed: int = 0) -> list[str]:
+    """Texts of an env for a tokenizer corpus: its instruction (repeated once per episode, as prompts repeat it) and
+    the observations of ``episodes`` episodes of uniformly random actions, at most ``steps`` steps each."""
+    import random
+
+    import envs
+
+    env = envs.make(env_id)
+    rng = random.Random(seed)
+    texts: list[str] = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            texts += [env.instruction, obs.text]
+            for _ in range(steps):
+                obs, _, terminated, truncated, _ = env.step(rng.choice(list(env.actions)))
+                texts.append(obs.text)
+                if terminated or truncated:
+                    break
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    return texts
+
+
 def build_tiny_model(
     path: str | Path,
     corpus: Iterable[str] | None = None,

@@ -10,7 +10,8 @@
 #   RECIPE          its name (log lines, run names)
 #   ENV_CONFIG      the env config group of `verlog train` (verlog/configs/env/<name>.yaml)
 #   ENV_ID          the env id in every stage
-#   ENV_KWARGS_JSON the env's keyword arguments as JSON, the same in demos, warm start, PPO and evaluation
+#   ENV_KWARGS_JSON the env's keyword arguments as JSON, the same in demos, PPO and evaluation (EVAL_ENV_KWARGS_JSON,
+#                   when set, replaces it in evaluation: e.g. Crafter scores its own reward, without the format penalty)
 #   START           demos (scripted expert -> SFT) or warm_start (format-only: random valid answers)
 #   DEFAULT_OUTPUT_DIR, DEFAULT_RESULTS
 # and any default below (a recipe's own defaults win over these: every line is VAR="${VAR:-default}").
@@ -68,7 +69,7 @@ MODEL_HEADS="${MODEL_HEADS:-2}"
 MODEL_KV_HEADS="${MODEL_KV_HEADS:-1}"
 MODEL_FFN="${MODEL_FFN:-256}"
 MODEL_VOCAB="${MODEL_VOCAB:-1024}"
-TOKENIZER_FROM_DATA="${TOKENIZER_FROM_DATA:-false}"
+TOKENIZER_FROM_DATA="${TOKENIZER_FROM_DATA:-false}" # true: the tiny tokenizer also learns the demos' (or the env's) words
 SFT_STEPS="${SFT_STEPS:-60}"
 SFT_BATCH="${SFT_BATCH:-32}"
 SFT_LR="${SFT_LR:-1e-3}"
@@ -219,8 +220,11 @@ start_model() {
             train.warmup_ratio="$SFT_WARMUP_RATIO" train.lr_scheduler=constant resume=true
         START_MODEL="$RUN/sft/model"
     else
+        local tokenizer_env=()
+        [ "$TOKENIZER_FROM_DATA" = true ] && tokenizer_env=(--tokenizer-env "$ENV_ID")
         stage warm_start "$RUN/warm_start/model/config.json" "" -- \
             "$PYTHON" -m verlog tiny-model "$RUN/warm_start/model" --force --warm-start "$ENV_ID" \
+            ${tokenizer_env[@]+"${tokenizer_env[@]}"} \
             --warm-start-steps "$WARM_START_STEPS" --answer-format "$ANSWER_FORMAT" --memory-n "$MEMORY_N" \
             --hidden-size "$MODEL_HIDDEN" --num-layers "$MODEL_LAYERS" --num-heads "$MODEL_HEADS" \
             --num-kv-heads "$MODEL_KV_HEADS" --intermediate-size "$MODEL_FFN" --vocab-size "$MODEL_VOCAB" \
@@ -233,7 +237,7 @@ start_model() {
 evaluate() {
     stage "eval_$1" "$RUN/eval_$1/summary.json" "" -- \
         "$PYTHON" -m verlog eval --model "$2" --tasks "$ENV_ID" --episodes "$EPISODES" \
-        --seed-start "$EVAL_SEED_START" --max-steps "$MAX_STEPS" --env-kwargs "$ENV_KWARGS_JSON" \
+        --seed-start "$EVAL_SEED_START" --max-steps "$MAX_STEPS" --env-kwargs "${EVAL_ENV_KWARGS_JSON:-$ENV_KWARGS_JSON}" \
         --temperature "$EVAL_TEMPERATURE" --max-tokens "$MAX_RESPONSE_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" \
         --memory-n "$MEMORY_N" --answer-format "$ANSWER_FORMAT" --resume --out "$RUN/eval_$1"
 }

@@ -425,3 +425,17 @@ def test_crafter_measures_by_hand(tmp_path):
     assert "## Crafter's measures" in md and "| collect_wood | 0.0% [0.0, 0.0] | 50.0%" in md
     assert "Crafter score, PPO, dual GAE − warm start (paired by seed): +35.414" in md
     assert learning.as_dict(res)["crafter"]["PPO, dual GAE"]["unlock"]["place_table"]["estimate"] == 0.25
+
+
+def test_crafter_recipe_warm_starts_and_spans_ten_iterations(tmp_path):
+    proc = _recipe("--dry-run", _script=REPO / "recipes" / "cpu" / "learn_crafter.sh", OUTPUT_DIR=str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    stages = _stages(proc.stdout)
+    assert list(stages) == ["warm_start", "eval_warm_start", "ppo_dual", "eval_ppo_dual", "results"]
+    ppo, evaluation = stages["ppo_dual"], stages["eval_warm_start"]
+    assert int(_opt(ppo, "env.kwargs.max_steps")) // int(_opt(ppo, "rollout.turns_per_slot")) >= 5
+    assert "--tokenizer-env" in stages["warm_start"] and _opt(ppo, "env.kwargs.time_limit") == "truncate"
+    # the evaluation scores Crafter's own reward: no format penalty (PPO trains with one)
+    assert json.loads(_opt(evaluation, "--env-kwargs"))["format_penalty"] == 0.0
+    assert float(_opt(ppo, "env.kwargs.format_penalty")) > 0
+    assert _opt(ppo, "model.path") == str(tmp_path / "r" / "warm_start" / "model")

@@ -99,3 +99,35 @@ def test_clean_engine_leftovers_keeps_segments_in_use(tmp_path: Path) -> None:
     assert removed == [str(stale)]
     assert busy.exists() and not stale.exists()
     assert clean_engine_leftovers([pattern]) == [str(busy)]
+
+
+def test_env_corpus_makes_an_envs_prompts_shorter(tmp_path: Path) -> None:
+    """--tokenizer-env / env_corpus: the tokenizer also learns an env's words, so its instruction takes fewer tokens."""
+    import subprocess
+    import sys
+
+    import envs
+    from verlog.testing import DEFAULT_CORPUS, env_corpus, train_tokenizer
+
+    texts = env_corpus("crafter/default", episodes=2, steps=5)
+    env = envs.make("crafter/default")
+    env.reset(seed=0)
+    assert env.instruction in texts and len(texts) >= 4
+    plain = train_tokenizer(DEFAULT_CORPUS, 1024)
+    learned = train_tokenizer([*DEFAULT_CORPUS, *texts], 1024)
+    assert len(learned(env.instruction)["input_ids"]) < 0.8 * len(plain(env.instruction)["input_ids"])
+    out = tmp_path / "model"
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlog", "tiny-model", str(out), "--tokenizer-env", "crafter/default"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "verlog", "tiny-model", str(tmp_path / "m2"), "--tokenizer-env", "crafter/nope"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "crafter/nope" in bad.stderr and "Traceback" not in bad.stderr

@@ -42,11 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-prompt-tokens", type=int_at_least(1), default=1024, help="the training config's prompt budget"
     )
+    parser.add_argument(
+        "--tokenizer-env",
+        metavar="ENV_ID",
+        action="append",
+        default=[],
+        help="also train the tokenizer on this env's texts (its instruction and the observations of a few "
+        "random-action episodes), so its words become whole tokens and prompts get shorter; repeatable",
+    )
     add_import_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.testing import build_tiny_model
+    from verlog.testing import DEFAULT_CORPUS, build_tiny_model, env_corpus
     from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
     import_user_modules(args.imports)
@@ -69,10 +77,14 @@ def run(args: argparse.Namespace) -> int:
         except WarmStartError as exc:
             print(f"verlog tiny-model: {exc}", file=sys.stderr)
             return 2
+    for env_id in args.tokenizer_env:
+        check_env_id(env_id, "--tokenizer-env")
     check_output_folder(args.out, "OUT", force=args.force, what="the model")
+    corpus = [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
     try:
         path = build_tiny_model(
             args.out,
+            corpus=corpus,
             hidden_size=args.hidden_size,
             num_layers=args.num_layers,
             num_heads=args.num_heads,
