@@ -81,6 +81,7 @@ def runs(tiny_model, tmp_path_factory):
         base / "run2",
         tiny_model,
         f"checkpoint.resume={ckpt}",
+        "algorithm.boundary=cut",  # the ablation's setting: the iteration boundary ends the return (no V(s_T))
         "evaluation.every=1",
         f"evaluation.episodes={EVAL_EPISODES}",
     )
@@ -245,3 +246,13 @@ def test_an_episode_across_three_iterations(runs):
             alg.step_lam,
         )
         np.testing.assert_allclose(adv[:, 0], [r.advantage_raw for r in turns], rtol=1e-4, atol=1e-4)
+
+
+def test_boundary_cut_ends_the_return_at_the_iteration_boundary(runs):
+    """algorithm.boundary=cut (the resumed run): rows whose episode goes on past the batch get V_next = 0, where the
+    bootstrapping run's same iteration had the critic's values."""
+    base, _, _ = runs
+    (cut,) = _iterations(base / "run2" / "metrics.jsonl")
+    assert cut["adv/bootstrap_rows"] > 0 and cut["adv/next_value_mean"] == 0.0
+    bootstrapped = _iterations(base / "run1" / "metrics.jsonl")
+    assert all(m["adv/next_value_mean"] != 0.0 for m in bootstrapped)
