@@ -54,9 +54,16 @@ setup(
     long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
-    packages=find_packages(include=["verlog", "verlog.*", "envs", "envs.*"]),
-    # the Hydra configs ship inside the package, so a non-editable install finds them (tests/verlog/test_install.py)
-    package_data={"verlog": ["py.typed", "viewer/static/*", "configs/*.yaml", "configs/*/*.yaml"], "envs": ["py.typed"]},
+    # The Hydra configs live in the repository's top-level configs/ and ship inside the package as verlog/configs/
+    # (the package "verlog.configs"), so a non-editable install finds them from any folder
+    # (verlog/config/compose.py: DEFAULT_CONFIG_DIR; tests/verlog/test_install.py).
+    packages=[*find_packages(include=["verlog", "verlog.*", "envs", "envs.*"]), "verlog.configs"],
+    package_dir={"verlog.configs": "configs"},
+    package_data={
+        "verlog": ["py.typed", "viewer/static/*"],
+        "verlog.configs": ["*.yaml", "*/*.yaml"],
+        "envs": ["py.typed"],
+    },
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["verlog=verlog.cli:main"]},

@@ -4,7 +4,7 @@
 # Arguments of every recipe:  [--dry-run] [--help] [Hydra override ...]
 #   --dry-run   print the command and the resolved config (checked like a real launch) and start nothing:
 #               no GPU, Ray or model weights needed
-#   overrides   any key of verlog/configs/train.yaml, applied after the recipe's own (docs/configuration.md)
+#   overrides   any key of configs/train.yaml, applied after the recipe's own (docs/configuration.md)
 #
 # Environment variables (all optional):
 #   MODEL_PATH      a local Hugging Face folder or a hub id (default: the recipe's model)

@@ -8,7 +8,7 @@
 #
 # What a recipe sets before sourcing (required):
 #   RECIPE          its name (log lines, run names)
-#   ENV_CONFIG      the env config group of `verlog train` (verlog/configs/env/<name>.yaml)
+#   ENV_CONFIG      the env config group of `verlog train` (configs/env/<name>.yaml)
 #   ENV_ID          the env id in every stage
 #   ENV_KWARGS_JSON the env's keyword arguments as JSON, the same in demos, PPO and evaluation (EVAL_ENV_KWARGS_JSON,
 #                   when set, replaces it in evaluation: e.g. Crafter scores its own reward, without the format penalty)
@@ -210,7 +210,7 @@ start_model() {
             --val-episodes "$DEMO_VAL_EPISODES" --memory-n "$MEMORY_N" --keep-reasoning-turns 1 \
             --env-kwargs "$ENV_KWARGS_JSON" --answer-format "$ANSWER_FORMAT" --out "$RUN/demos" --force
         stage sft "$RUN/sft/model/config.json" "" -- \
-            "$PYTHON" -m verlog sft verlog/configs/sft/learn_babyai.yaml \
+            "$PYTHON" -m verlog sft configs/sft/learn_babyai.yaml \
             output_dir="$RUN/sft" run_name="$RECIPE" data.train="$RUN/demos" \
             model.tiny.hidden_size="$MODEL_HIDDEN" model.tiny.num_layers="$MODEL_LAYERS" \
             model.tiny.num_heads="$MODEL_HEADS" model.tiny.num_kv_heads="$MODEL_KV_HEADS" \

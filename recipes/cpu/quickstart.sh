@@ -12,7 +12,7 @@
 #
 #   bash recipes/cpu/quickstart.sh                       # outputs under outputs/quickstart
 #   OUTPUT_DIR=/tmp/qs ITERATIONS=10 bash recipes/cpu/quickstart.sh
-#   bash recipes/cpu/quickstart.sh algorithm.step_lam=0.9  # any extra Hydra override of verlog/configs/train.yaml
+#   bash recipes/cpu/quickstart.sh algorithm.step_lam=0.9  # any extra Hydra override of configs/train.yaml
 #   bash recipes/cpu/quickstart.sh --dry-run             # print the resolved config; start nothing
 #
 # Full command: python -m verlog.train --overwrite output_dir=$OUTPUT_DIR/run iterations=$ITERATIONS <the overrides

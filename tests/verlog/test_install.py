@@ -1,9 +1,10 @@
-"""A non-editable install works away from the source tree: its configs ship inside the package (issue 14).
+"""A non-editable install works away from the source tree: its configs ship inside the package (issues 14, 25).
 
 The package alone is built and installed (``pip install --no-deps --target``, a copy of the sources so the checkout
 stays clean); its dependencies come from the test's own environment. Then, from an unrelated folder, with the
-install first on the path: ``verlog envs``, ``verlog train --dry-run``, and a config folder of one's own that adds
-an env config to the built-in groups. About 20-60 s.
+install first on the path: where its configs are (site-packages/verlog/configs, from the repository's configs/),
+``verlog envs``, ``verlog train --dry-run``, and a config folder of one's own that adds an env config to the built-in
+groups. About 20-60 s.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def test_non_editable_install_finds_its_configs(tmp_path: Path) -> None:
     src.mkdir()
     for name in ("setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
-    for package in ("verlog", "envs"):
-        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder in ("verlog", "envs", "configs"):  # configs/: the top level of the repository (setup.py maps it)
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     site = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-compile"]
     _run([*pip, "--disable-pip-version-check", "--target", str(site), str(src)], tmp_path, dict(os.environ))
@@ -49,6 +50,8 @@ def test_non_editable_install_finds_its_configs(tmp_path: Path) -> None:
         [sys.executable, "-c", "import verlog, envs; print(verlog.__file__); print(envs.__file__)"], elsewhere, env
     )
     assert all(Path(line).is_relative_to(site) for line in where.stdout.split()), where.stdout
+    found = [sys.executable, "-c", "from verlog.config.compose import DEFAULT_CONFIG_DIR as d; print(d)"]
+    assert Path(_run(found, elsewhere, env).stdout.strip()) == site / "verlog" / "configs"
 
     listed = _run([sys.executable, "-m", "verlog", "envs"], elsewhere, env).stdout
     assert "babyai/goto" in listed and "toy/delayed" in listed

@@ -64,7 +64,7 @@ def test_keep_last_run(mask, expected):
 
 
 def test_config_yaml_overrides_and_errors(tmp_path):
-    config = load_config(REPO / "verlog" / "configs" / "sft" / "cpu.yaml", ["train.steps=3", "data.loss_on=all"])
+    config = load_config(REPO / "configs" / "sft" / "cpu.yaml", ["train.steps=3", "data.loss_on=all"])
     assert config.train.steps == 3 and config.data.loss_on == "all"
     assert config.model.path == f"{config.output_dir}/base-model"
     with pytest.raises(SFTConfigError, match=r"train\.bogus"):
@@ -193,7 +193,7 @@ def test_two_step_sft_run_writes_a_loadable_changed_model(demo_dir, tmp_path, pl
 
     base = tmp_path / "base"
     config = load_config(
-        REPO / "verlog" / "configs" / "sft" / "cpu.yaml",
+        REPO / "configs" / "sft" / "cpu.yaml",
         [f"data.train={demo_dir}", f"output_dir={tmp_path / 'sft'}", f"model.path={base}",
          "model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
          "model.tiny.intermediate_size=128", "model.tiny.vocab_size=512",

@@ -12,13 +12,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config",
         nargs="*",
         metavar="CONFIG_OR_OVERRIDE",
-        help="an SFT YAML config (e.g. verlog/configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
+        help="an SFT YAML config (e.g. configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
         "data.train=outputs/demos/goto); docs/sft.md lists the keys",
     )
     parser.add_argument("--dry-run", action="store_true", help="check the data, print the torchrun command, stop")
 
 
 def run(args: argparse.Namespace) -> int:
+    from verlog.config.compose import moved_config_note, moved_config_path
     from verlog.errors import VerlogError
     from verlog.sft import load_config, run_sft
 
@@ -28,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"error: {bad[0]!r} is not key=value (only the first argument may be a config file)", file=sys.stderr)
         return 2
+    moved = moved_config_path(path) if path is not None else None
+    if moved is not None:  # a path typed before the configs moved to configs/ (issue 25)
+        print(moved_config_note(path, moved), file=sys.stderr, flush=True)
+        path = str(moved)
     try:
         config = load_config(path, items)
         result = run_sft(config, dry_run=args.dry_run)

@@ -1,6 +1,6 @@
 """``verlog train [key=value ...]`` (= ``python -m verlog.train``): multi-turn PPO through verl.
 
-The config is composed with Hydra from verlog/configs/ (installed with the package; see verlog/configs/train.yaml):
+The config is composed with Hydra from configs/ (installed with the package as verlog/configs/; see configs/train.yaml):
 ``env=babyai_goto iterations=10 rollout.num_slots=8 output_dir=runs/x``; a misspelt key is an error.
 ``--config-dir DIR`` adds a folder of configs of one's own (``DIR/env/my_env.yaml`` is then ``env=my_env``), or
 replaces verlog's configs when it holds the root config; ``--config-name NAME`` picks another root.
@@ -54,11 +54,15 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from verlog.commands.common import import_user_modules
-    from verlog.config.compose import load_config
+    from verlog.config.compose import load_config, moved_config_note, moved_config_path
     from verlog.config.preflight import check_output_dir, preflight
     from verlog.errors import VerlogError
 
     imports = list(getattr(args, "imports", []))
+    moved = moved_config_path(args.config_dir) if args.config_dir is not None else None
+    if moved is not None:  # a path typed before the configs moved to configs/ (issue 25)
+        print(moved_config_note(args.config_dir, moved), file=sys.stderr, flush=True)
+        args.config_dir = str(moved)
     try:
         import_user_modules(imports)  # also makes the current folder importable
         composed = load_config(args.overrides, args.config_dir, args.config_name)

@@ -1,6 +1,6 @@
-"""Composing ``verlog train``'s config: Hydra over verlog/configs/ (and a folder of one's own), with override checks.
+"""Composing ``verlog train``'s config: Hydra over configs/ (and a folder of one's own), with override checks.
 
-:func:`load_config` composes ``verlog/configs/train.yaml`` and its groups (env/, model/, hardware/, algorithm/) with
+:func:`load_config` composes ``configs/train.yaml`` and its groups (env/, model/, hardware/, algorithm/) with
 the command line's overrides; a ``--config-dir`` without the root config adds its groups before verlog's. Hydra
 rejects an override of a key the composed config does not have (``rollout.num_slot=4``) with "Could not override";
 :func:`explain_unknown_keys` turns that into a :class:`ConfigKeyError` naming the closest valid key (:mod:`difflib`)
@@ -8,6 +8,11 @@ and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through 
 config checks those keys when the trainer merges the ``verl:`` section).
 
 The result is an untyped DictConfig; :func:`verlog.config.checks.typed_config` gives it its types.
+
+verlog's configs are the repository's top-level configs/ folder; setup.py ships it inside the package as
+verlog/configs/ (the package ``verlog.configs``). :data:`DEFAULT_CONFIG_DIR` is the first of the two that holds
+``train.yaml`` (:func:`find_config_dir`). :func:`moved_config_path` maps a path under the old ``verlog/configs/``
+to its new place, so that commands typed before the move still work.
 """
 
 from __future__ import annotations
@@ -22,8 +27,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from verlog.errors import VerlogError
 
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""verlog's own configs (verlog/configs/: installed with the package)."""
+_PACKAGE = Path(__file__).resolve().parent.parent
+CONFIG_DIR_CANDIDATES = (_PACKAGE / "configs", _PACKAGE.parent / "configs")
+"""Where verlog's configs are: inside an installed package (site-packages/verlog/configs), else the top-level
+configs/ of a source checkout (an editable install, or the repository on the path)."""
+
+
+def find_config_dir() -> Path:
+    """The first of :data:`CONFIG_DIR_CANDIDATES` that holds ``train.yaml``; the installed location when none does
+    (:func:`load_config` then says that both are missing)."""
+    for folder in CONFIG_DIR_CANDIDATES:
+        if (folder / "train.yaml").is_file():
+            return folder
+    return CONFIG_DIR_CANDIDATES[0]
+
+
+DEFAULT_CONFIG_DIR = find_config_dir()
+"""verlog's own configs (the repository's configs/, installed with the package as verlog/configs/)."""
+OLD_CONFIG_PREFIX = ("verlog", "configs")
+"""Where the configs were before they moved to the top-level configs/ (issue 25)."""
 # the section of verlog's config merged into verl's PPO config: any verl key may be set under it
 PASSTHROUGH_SECTION = "verl"
 FREE_FORM = ("env.kwargs.", "env.tasks.", "model.tiny.", PASSTHROUGH_SECTION + ".")
@@ -128,6 +150,30 @@ def explain_unknown_keys(
     return None
 
 
+def moved_config_path(path: str | os.PathLike) -> Path | None:
+    """Where a missing ``path`` under the old ``verlog/configs/`` is now: ``X/verlog/configs/REST`` ->
+    ``X/configs/REST`` when that exists, else (a relative path from any folder) verlog's own
+    ``DEFAULT_CONFIG_DIR/REST``; None when ``path`` exists, is not under ``verlog/configs/``, or has no new place."""
+    given = Path(path)
+    if given.exists():
+        return None
+    parts = given.parts
+    starts = [i for i in range(len(parts) - 1) if parts[i : i + 2] == OLD_CONFIG_PREFIX]
+    if not starts:
+        return None
+    i = starts[-1]
+    rest = parts[i + 2 :]
+    candidates = [Path(*parts[:i], "configs", *rest)]
+    if i == 0:
+        candidates.append(DEFAULT_CONFIG_DIR.joinpath(*rest))
+    return next((c for c in candidates if c.exists()), None)
+
+
+def moved_config_note(old: str | os.PathLike, new: Path) -> str:
+    """The one line a command prints when it reads ``new`` for the old path ``old``."""
+    return f"note: verlog's configs moved from verlog/configs/ to configs/: {str(old)!r} is now {str(new)!r}"
+
+
 def group_choices(overrides: Sequence[str], config_dir: Path | Sequence[Path]) -> list[str]:
     """The overrides in ``overrides`` that pick an existing config-group option (``env=babyai``)."""
     picked = []
@@ -141,14 +187,14 @@ def group_choices(overrides: Sequence[str], config_dir: Path | Sequence[Path]) -
 def load_config(
     overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, config_name: str = "train"
 ) -> DictConfig:
-    """Compose verlog's training config from ``config_dir`` (default: verlog/configs/) with ``overrides``.
+    """Compose verlog's training config from ``config_dir`` (default: configs/) with ``overrides``.
 
     A ``config_dir`` without ``{config_name}.yaml`` is a folder of configs of one's own, searched before verlog's
     configs (e.g. ``config_dir/env/my_env.yaml`` is the option ``env=my_env``); one with it replaces them.
 
     Raises:
-        ConfigKeyError: ``config_dir`` is not a folder, the root config is missing, or an override names a key or
-            group option that does not exist (with the closest one).
+        ConfigKeyError: ``config_dir`` is not a folder, the root config is missing, verlog's own configs are missing,
+            or an override names a key or group option that does not exist (with the closest one).
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -158,11 +204,19 @@ def load_config(
     if config_dir is not None:
         given = Path(config_dir)
         if not given.is_dir():
-            raise ConfigKeyError(f"--config-dir {str(config_dir)!r} is not a folder")
+            moved = moved_config_path(given)
+            hint = f" ({moved_config_note(config_dir, moved)})" if moved is not None else ""
+            raise ConfigKeyError(f"--config-dir {str(config_dir)!r} is not a folder{hint}")
         if (given / f"{config_name}.yaml").exists():
             folder = given
         else:
             extra = given.resolve()
+    if folder is DEFAULT_CONFIG_DIR and not (DEFAULT_CONFIG_DIR / "train.yaml").is_file():
+        where = " nor ".join(str(c) for c in CONFIG_DIR_CANDIDATES)
+        raise ConfigKeyError(
+            f"verlog's configs are missing: neither {where} holds train.yaml (an installed package has them in "
+            "verlog/configs/, a source checkout in configs/); reinstall verlog, or restore configs/ in the checkout"
+        )
     if not (folder / f"{config_name}.yaml").exists():
         raise ConfigKeyError(
             f"no {config_name}.yaml in {folder}: give --config-name of a root config there (e.g. a run's "

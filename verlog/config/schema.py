@@ -1,4 +1,4 @@
-"""The typed schema of ``verlog train``'s config: one dataclass per section of ``verlog/configs/train.yaml``.
+"""The typed schema of ``verlog train``'s config: one dataclass per section of ``configs/train.yaml``.
 
 The YAML files compose the values (Hydra groups env/, model/, hardware/, algorithm/); these dataclasses give every key
 its type, its default (the same as the default YAML's: ``tests/verlog/config/test_schema.py`` checks it) and its
@@ -135,7 +135,7 @@ class TapesConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """PPO and the advantage (docs/algorithms.md); the defaults are Verlog's (verlog/configs/algorithm/verlog.yaml).
+    """PPO and the advantage (docs/algorithms.md); the defaults are Verlog's (configs/algorithm/verlog.yaml).
 
     Attributes:
         estimator: ``dual_gae`` (critic), ``grpo`` or ``gigpo`` (critic-free group estimators).
@@ -191,7 +191,7 @@ class AlgorithmConfig:
 
 @dataclass
 class EnvConfig:
-    """The game (verlog/configs/env/).
+    """The game (configs/env/).
 
     Attributes:
         name: a short name for run names.
@@ -234,7 +234,7 @@ class CurriculumConfig:
 
 @dataclass
 class ModelConfig:
-    """Policy and critic weights (verlog/configs/model/).
+    """Policy and critic weights (configs/model/).
 
     Attributes:
         name: a short name for run names.
@@ -274,7 +274,7 @@ class RayConfig:
 
 @dataclass
 class HardwareConfig:
-    """Ranks and the rollout engine (verlog/configs/hardware/).
+    """Ranks and the rollout engine (configs/hardware/).
 
     Attributes:
         cpu: no GPU: verl runs on verlog's CPU platform.

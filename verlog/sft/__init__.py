@@ -21,7 +21,7 @@ Two things verl does that we adjust:
 Modules: :mod:`.config` (settings), :mod:`.data` (checks before launch, the last-turn dataset), :mod:`.launch`
 (torchrun, progress, export), ``python -m verlog.sft`` (what each rank runs on the CPU route).
 
-Config: :class:`SFTConfig` (typed defaults; YAML in ``verlog/configs/sft/``; unknown keys are errors), see docs/sft.md.
+Config: :class:`SFTConfig` (typed defaults; YAML in ``configs/sft/``; unknown keys are errors), see docs/sft.md.
 """
 
 from __future__ import annotations

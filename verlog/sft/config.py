@@ -1,4 +1,4 @@
-"""Settings of `verlog sft`: typed defaults, YAML (verlog/configs/sft/), key=value overrides; unknown keys are
+"""Settings of `verlog sft`: typed defaults, YAML (configs/sft/), key=value overrides; unknown keys are
 errors."""
 
 from __future__ import annotations
@@ -171,9 +171,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
-        raise SFTConfigError(
-            f"bad SFT config ({exc}); see verlog/configs/sft/cpu.yaml and docs/sft.md for the keys"
-        ) from exc
+        raise SFTConfigError(f"bad SFT config ({exc}); see configs/sft/cpu.yaml and docs/sft.md for the keys") from exc
     if not isinstance(config, SFTConfig):  # OmegaConf.to_object of a structured SFTConfig gives one
         raise SFTConfigError(f"SFT config did not resolve to SFTConfig but {type(config).__name__}")
     config.validate()

@@ -1,6 +1,6 @@
 """verlog's typed training config -> verl 0.9.1's PPO config.
 
-verlog's own config (:class:`verlog.config.TrainConfig`: verlog/configs/train.yaml and its env/, model/, hardware/,
+verlog's own config (:class:`verlog.config.TrainConfig`: configs/train.yaml and its env/, model/, hardware/,
 algorithm/ groups, typed and checked by :mod:`verlog.config`) holds the settings a user of verlog thinks in: env slots
 and turns, memory, the dual-discount GAE, critic warm-up, hardware. :func:`build_verl_config` composes verl's own
 ``ppo_trainer`` config with Hydra and sets verl's keys from it; the ``verl:`` section of verlog's config is merged

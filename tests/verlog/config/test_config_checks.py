@@ -230,7 +230,7 @@ def test_problem_text_and_error() -> None:
 
 
 def test_schema_defaults_are_the_default_yaml() -> None:
-    """The dataclass defaults and verlog/configs' defaults (train.yaml with its default group options) agree."""
+    """The dataclass defaults and configs/' defaults (train.yaml with its default group options) agree."""
     composed, problems = typed_config(load_config([]))
     assert not problems
     defaults = TrainConfig()
