@@ -787,7 +787,7 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
 METHOD_NOTES = """## How the settings were chosen
 
 (The same reasoning is in `recipes/cpu/learn_babyai.sh`'s header; the measured trial behind it is in
-`shared/STACK.md`, "BabyAI goto learns on this CPU". The levers of issue 13, and which were used:)
+docs/learnability.md, "Earlier trials". The levers of issue 13, and which were used:)
 
 - **Reward** (used): the env's binary success plus the format penalty (0.2 since v5; 0.1 in v3/v4, which missed
   the 90% valid-action target at 88.8%), now *added* to the env's reward. The
