@@ -2,10 +2,10 @@
 
 Three modes, chosen per env config (``parse_mode``):
 
-- ``strict`` (default): BALROG's chain-of-thought parsing (balrog-text-spec.md section 4.3). Drop every character
+- ``strict`` (default): BALROG's chain-of-thought parsing (docs/text-envs.md, "Answers"). Drop every character
   that is not an ASCII letter, whitespace or ``:``; take what follows the last case-sensitive ``ACTION:`` (the whole
   filtered text when there is none); strip it; accept it only if it is exactly one of the actions.
-- ``naive``: BALROG's naive agent (section 4.2): the same character filter and nothing else, then exact membership.
+- ``naive``: BALROG's agent without reasoning: the same character filter and nothing else, then exact membership.
 - ``lenient``: forgiving of formatting, not of content:
 
   1. the text after the **last** ``action:`` marker in any case (``ACTION:``, ``Action:``, ``**Action**:``), or the
@@ -17,9 +17,10 @@ Three modes, chosen per env config (``parse_mode``):
   5. failing that, looked up in the env's synonym map (keys compared the same way), then retried once with every
      parenthesised span removed (``Do (chop the tree)`` -> ``Do``).
 
-  The synonym maps of BabyAI and Crafter are :data:`BABYAI_SYNONYMS` and :data:`CRAFTER_SYNONYMS` (Verlog's, spec
-  section 4.5). Verlog maps a diagonal move such as ``Move North-West`` to a *random* one of its two components; we
-  do not (a parser should be a pure function): diagonal moves are invalid and execute the default action.
+  The synonym maps of BabyAI and Crafter are :data:`BABYAI_SYNONYMS` and :data:`CRAFTER_SYNONYMS` (Verlog's;
+  docs/text-envs.md). Verlog maps a diagonal move such as ``Move North-West`` to a *random* one of its two
+  components; we do not (a parser should be a pure function): diagonal moves are invalid and execute the default
+  action.
 
 All functions here are pure. :func:`extract` gives the string a mode reads out of the text (BALROG stores it in the
 history even when it is not a valid action); :func:`parse_action` gives the matched action or None.
@@ -47,7 +48,7 @@ BABYAI_SYNONYMS: dict[str, str] = {
     "goforward": "go forward",
     "pickup": "pick up",
 }
-"""Verlog's exact BabyAI rewrites (spec 4.5), for the lenient parser."""
+"""Verlog's exact BabyAI rewrites, for the lenient parser."""
 
 
 def _crafter_synonyms() -> dict[str, str]:
@@ -68,7 +69,7 @@ def _crafter_synonyms() -> dict[str, str]:
 
 
 CRAFTER_SYNONYMS: dict[str, str] = _crafter_synonyms()
-"""Verlog's exact Crafter rewrites (spec 4.5) without the random diagonal moves, for the lenient parser."""
+"""Verlog's exact Crafter rewrites without the random diagonal moves, for the lenient parser."""
 
 
 def normalize(text: str) -> str:

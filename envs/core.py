@@ -46,7 +46,7 @@ _STATE_KEYS = ("game", "episode_step", "episode_over", "max_steps", "last_obs", 
 INVALID_ACTION_FEEDBACK = (
     "\n\nYour previous output did not contain a valid action. Defaulted to action: {default}\n\nObservation:\n"
 )
-"""BALROG's prefix on the next observation after an invalid answer (balrog-text-spec.md section 4.4)."""
+"""BALROG's prefix on the next observation after an invalid answer (docs/text-envs.md, "Answers")."""
 
 __all__ = [
     "INFO_KEYS",

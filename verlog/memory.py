@@ -30,7 +30,7 @@ COT_FORMAT_INSTRUCTION = (
     "    THINK: step-by-step reasoning\n"
     "    ACTION: One valid action from the allowed set."
 )
-"""Verlog's chain-of-thought format instruction (balrog-text-spec.md 4.5), appended to the last user message."""
+"""Verlog's chain-of-thought format instruction (docs/text-envs.md, "Answers"), appended to the last user message."""
 
 ACTION_FORMAT_INSTRUCTION = (
     "What will you do next? Please respond with one valid action from the allowed set, in the following format:\n"

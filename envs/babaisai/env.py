@@ -29,7 +29,7 @@ _SYNONYMS = {
 
 
 class BabaIsAIEnv(TextEnv):
-    """A BabaIsAI task with BALROG's text interface (shared/babaisai-spec.md).
+    """A BabaIsAI task with BALROG's text interface (docs/babaisai.md).
 
     Actions are ``idle, up, right, down, left``; a win gives ``1 - 0.9 * t / max_steps`` and ends the episode
     (terminated); reaching ``max_steps`` (100) truncates it. When no object is YOU after a step, the level is

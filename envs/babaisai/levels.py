@@ -1,4 +1,4 @@
-"""Procedural generation of the 40 BALROG BabaIsAI tasks (spec section 4).
+"""Procedural generation of the 40 BALROG BabaIsAI tasks (docs/babaisai.md, "Levels").
 
 Every draw goes through the ``numpy.random.RandomState`` passed in, with the same legacy calls, arguments and order
 as the original package, so ``generate(task, RandomState(s))`` builds the level BALROG plays after
@@ -89,7 +89,7 @@ _SUFFIX_FLAGS = {
     "-distr_win_rule": (True, True, False, True),
 }
 
-# Single-room distractor-rule cells; (6,1) and (6,6) appear twice on purpose (spec section 4.2).
+# Single-room distractor-rule cells; (6,1) and (6,6) appear twice on purpose, as in the original (seed-exact levels).
 _SINGLE_DRULE_CELLS = (
     (4, 6),
     (5, 6),

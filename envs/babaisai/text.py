@@ -1,4 +1,4 @@
-"""BALROG's text view of a BabaIsAI board (spec section 6) and the instruction prompt."""
+"""BALROG's text view of a BabaIsAI board (docs/babaisai.md, "Text") and the instruction prompt."""
 
 from __future__ import annotations
 

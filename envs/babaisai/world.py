@@ -9,8 +9,8 @@ parsing, pushing, blocking, winning). Object codes are small ints:
 - text blocks: ``TEXT + word`` with ``word`` an index into :data:`WORDS`.
 
 Everything here works on plain tuples and ints so that the solver can copy, hash and step thousands of states per
-second without pickling. Behaviour follows shared/babaisai-spec.md sections 1-3; see docs/babaisai.md for the
-quirks that are reproduced.
+second without pickling. The rules it implements are in docs/babaisai.md ("The game"), with the quirks that are
+reproduced.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _try_move(cells: list[tuple[int, ...]], i: int, d: int, masks: tuple[int, ..
 
 
 def advance(cells: Cells, rules: Rules, action: int, width: int) -> tuple[Cells, Rules, bool, bool]:
-    """One non-idle step of the game (spec section 3).
+    """One non-idle step of the game (docs/babaisai.md, "A step").
 
     Args:
         cells: the board before the step.

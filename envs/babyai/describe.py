@@ -1,4 +1,4 @@
-"""BALROG's BabyAI observation text, computed from minigrid's egocentric encoding (balrog-text-spec.md 1.2, 1.3).
+"""BALROG's BabyAI observation text, computed from minigrid's egocentric encoding (docs/text-envs.md, "BabyAI-Text").
 
 The input is the ``image`` minigrid returns with every observation: ``grid.encode(vis_mask)`` of the agent's 7x7
 view, indexed ``[x][y]`` with (type, colour, state) per cell, the agent at (3, 6) facing towards y = 0.
@@ -112,7 +112,7 @@ def _distance_phrase(dx: int, fwd: int) -> str:
 
 
 def instruction(mission: str, *, variant: str = "balrog") -> str:
-    """The task prompt for ``mission`` (spec 1.3); ``variant="verlog"`` uses Verlog's two corrected descriptions."""
+    """The task prompt for ``mission``; ``variant="verlog"`` uses Verlog's two corrected descriptions."""
     if variant not in ("balrog", "verlog"):
         raise ValueError(f"instruction variant must be 'balrog' or 'verlog', got {variant!r}")
     table = ACTION_DESCRIPTIONS if variant == "balrog" else VERLOG_ACTION_DESCRIPTIONS

@@ -1,4 +1,4 @@
-"""BabyAI-Text: BALROG's text interface to our MixedTrainLocal levels (balrog-text-spec.md sections 1 and 2)."""
+"""BabyAI-Text: BALROG's text interface to our MixedTrainLocal levels (docs/text-envs.md, "BabyAI-Text")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Our version of BALROG's BabyAI-MixedTrainLocal level, one task kind per level object.
 
-balrog-text-spec.md section 2. BALROG builds the fork's ``BabyAI-MixedTrainLocal-v0`` repeatedly until the kind drawn
+docs/text-envs.md, "The levels". BALROG builds the fork's ``BabyAI-MixedTrainLocal-v0`` repeatedly until the kind drawn
 at construction is the one it wants; here the kind is a constructor argument. ``reset(seed=s)`` then builds the same
 layout and mission as the fork for seed ``s``: :meth:`MixedLocalLevel.gen_mission` makes its random draws in the
 fork's order and otherwise calls upstream minigrid's own helpers (``place_agent``, ``add_distractors``,
@@ -86,7 +86,7 @@ class MixedLocalLevel(RoomGridLevel):
         self.mission = self.surface
 
     def gen_mission(self) -> None:
-        """Draw layouts until the mission is reachable and names no held-out object (spec 2.2, 2.3)."""
+        """Draw layouts until the mission is reachable and names no held-out object (docs/text-envs.md)."""
         while True:
             self._fresh_layout()
             instrs = self._gen_open() if self.kind == "open" else self._gen_single_room()

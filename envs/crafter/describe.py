@@ -1,4 +1,4 @@
-"""BALROG's Crafter observation text and instruction prompt (balrog-text-spec.md sections 3.2 to 3.5).
+"""BALROG's Crafter observation text and instruction prompt (docs/text-envs.md, "Crafter-Text").
 
 The describer reads crafter's semantic map (``info["semantic"]``, indexed ``[x][y]``; x grows east, y south).
 """
@@ -86,7 +86,7 @@ def _direction(dx: int, dy: int) -> str:
 
 
 TEXT_VARIANTS: tuple[str, ...] = ("v2", "v1", "v0")
-"""BALROG's Crafter text versions (spec 3.3, 3.4): v2 = HEAD (default), v1 = what Verlog uses, v0 = first release."""
+"""BALROG's Crafter text versions (docs/text-envs.md): v2 = current (default), v1 = Verlog's, v0 = first release."""
 
 OUT_OF_MAP = "Error, you are out of the map."
 
@@ -111,7 +111,7 @@ def describe_long_term(
         view: crafter's view (9, 9); the window is ``view[0]`` wide and ``view[1] - 2`` tall.
         variant: ``"v2"`` (BALROG HEAD: kinds in first-met order, "1 step"), ``"v1"`` (kinds ordered by semantic id,
             always "steps") or ``"v0"`` (v1 with the transposed facing cell). v0/v1 at the east/south map edge
-            follow the spec's description of their swapped bounds check; that corner was not checked against
+            follow the written description of their swapped bounds check; that corner was not checked against
             BALROG's code here.
     """
     if variant not in TEXT_VARIANTS:

@@ -1,4 +1,4 @@
-"""Crafter-Text: BALROG's text interface to crafter 1.8.3 (balrog-text-spec.md section 3)."""
+"""Crafter-Text: BALROG's text interface to crafter 1.8.3 (docs/text-envs.md, "Crafter-Text")."""
 
 from __future__ import annotations
 

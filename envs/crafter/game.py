@@ -3,7 +3,7 @@
 Three changes, none of which alters the game for a given world seed within one process:
 
 1. **Despawn order.** When crafter despawns a creature it picks one by index from a set of objects, whose order
-   follows memory addresses, so the same seed can diverge in another process (shared/STACK.md). Here the candidates
+   follows memory addresses, so the same seed can diverge in another process (docs/stack.md). Here the candidates
    are sorted by position first (one object per cell, so the order is total). The random draws are unchanged.
 2. **Images are optional.** crafter renders a 256x256 image every step, and the render is part of the dynamics: at
    night the lighting noise draws from the world's RNG. With ``render=False`` the image is skipped but exactly the

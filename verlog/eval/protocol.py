@@ -1,6 +1,6 @@
 """BALROG's evaluation protocol with explicit seeds: which episodes an evaluation runs.
 
-BALROG (balrog-text-spec.md section 5) runs a fixed number of episodes per task (10 for each BabyAI task and for
+BALROG (docs/evaluation.md) runs a fixed number of episodes per task (10 for each BabyAI task and for
 Crafter), each in a fresh env with a fresh agent, and reports progression per environment. It draws every episode's
 seed from a hash of the process id and the clock, so its runs cannot be repeated from a config. verlog keeps the
 episode counts and the statistics but makes the seeds explicit: episode ``i`` of every task gets ``seed_start + i``

@@ -1,6 +1,6 @@
 """Statistics of an evaluation: BALROG's progression mean and standard error, and bootstrap confidence intervals.
 
-BALROG (balrog-text-spec.md section 5) reports, per environment, the mean progression over all its episodes, the
+BALROG (docs/evaluation.md, "Numbers") reports, per environment, the mean progression over all its episodes, the
 *population* standard deviation (divide by N) and the standard error ``sd / sqrt(N)`` (0 when N <= 1); across
 environments, the unweighted mean of the per-environment means and ``sqrt(sum SE_e^2) / E``. :func:`balrog_mean_se`
 and :func:`balrog_overall` compute exactly that.

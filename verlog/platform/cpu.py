@@ -5,7 +5,7 @@ named in ``VERL_USE_EXTERNAL_MODULES``, which :func:`enable` sets before Ray sta
 its spawned workers inherit it). On import it applies the patches below when :func:`cpu_platform_wanted` says so
 (no GPU, or ``VERLOG_PLATFORM=cpu``); on a GPU machine it does nothing.
 
-The patches (shared/STACK.md lists what each fixes, as measured):
+The patches (docs/design.md, "The CPU platform", lists them too; docs/stack.md has what was measured without them):
 
 1. ``cpu`` platform registered with verl's ``PlatformRegistry``: device ``cpu``, gloo, ``torch.device("cpu")`` as
    the current device, a ``torch.cuda`` stand-in, Ray resource ``GPU`` (the launcher gives Ray logical GPUs, one per
