@@ -9,6 +9,13 @@
   (``reset(options={"task": name})``; in a pool, ``EnvPool.set_next_options``).
 """
 
+import pkgutil
+
+# A user's own envs/ folder (on sys.path) extends this package: `import envs.my_env` finds their envs/my_env.py,
+# while `import envs` and verlog's own modules stay these (its folder comes first). docs/design.md, "The envs
+# package name"; envs.registry.ensure_importable adds the folders of entries put on sys.path later.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
 from envs.adapter import GymTextAdapter
 from envs.core import TextEnv, TextObservation
 from envs.errors import (

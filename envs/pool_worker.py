@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import pickle
+import runpy
 import signal
 import time
 import traceback
@@ -21,6 +23,8 @@ from typing import Any
 from envs.core import TextObservation
 from envs.errors import EnvOutputError, EnvStateError
 from envs.registry import IMPORTS_ENV_VAR, import_recorded_modules, make
+
+_SPAWN_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pool_spawn.py")
 
 INFO_WARNING = "env_warning"
 """Info key a worker adds when it had to replace info values it could not send (not picklable)."""
@@ -323,8 +327,15 @@ class ProcessWorker:
         self.slots = list(specs)
         self.marker = ctx.RawArray("d", [-1.0, time.monotonic()])
         self.conn, child_conn = ctx.Pipe(duplex=True)
+        # The child runs envs/pool_spawn.py, which loads verlog's envs before it unpickles the specs (a user's own
+        # envs/ folder on the path must not stand in for the package there).
+        args = (child_conn, pickle.dumps(specs, protocol=pickle.HIGHEST_PROTOCOL), keep_images, self.marker)
         self.process = ctx.Process(
-            target=worker_main, args=(child_conn, specs, keep_images, self.marker), daemon=True, name="EnvPoolWorker"
+            target=runpy.run_path,
+            args=(_SPAWN_FILE,),
+            kwargs={"init_globals": {"WORKER_ARGS": args}, "run_name": "__envs_pool_worker__"},
+            daemon=True,
+            name="EnvPoolWorker",
         )
         self.process.start()
         child_conn.close()

@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 import sys
 import traceback
@@ -150,6 +151,7 @@ def make(env_id: str, **kwargs: Any) -> Any:
 def _load_entry_point(spec: str) -> Any:
     """The object ``"package.module:attr"`` names (the ImportError or AttributeError as raised)."""
     module_name, _, attr = spec.partition(":")
+    extend_package_path()  # "envs.my_env:make" may name a module in a user's envs/ folder
     return getattr(importlib.import_module(module_name), attr)
 
 
@@ -284,26 +286,105 @@ def _build_failure(env_id: str, kwargs: dict[str, Any], origin: str, exc: BaseEx
     )
 
 
+def extend_package_path() -> list[str]:
+    """Add to the ``envs`` package's ``__path__`` the ``envs/`` folder of each ``sys.path`` entry that has one.
+
+    ``envs/__init__.py`` does it for the entries on ``sys.path`` when it is imported (``pkgutil.extend_path``); this
+    adds those put there since, such as the current folder (:func:`ensure_importable`). A user's own ``envs/`` folder
+    (with or without an ``__init__.py``, which is never run) so extends verlog's ``envs``: ``import envs.my_env`` finds
+    its ``my_env.py``. verlog's own folder stays first, so a user's module never replaces one of verlog's.
+
+    Returns:
+        The folders ``envs.NAME`` is searched in, in order.
+    """
+    package = sys.modules[__name__.rpartition(".")[0]]
+    for folder in pkgutil.extend_path(list(package.__path__), package.__name__):
+        if folder not in package.__path__:
+            package.__path__.append(folder)
+    return list(package.__path__)
+
+
 def ensure_importable(folder: str | os.PathLike | None = None) -> str:
     """Put ``folder`` (default: the current folder) on ``sys.path`` (at the end: it never hides an installed
-    package), so that a module of one's own there can be imported, here and in spawned workers."""
+    package), so that a module of one's own there can be imported, here and in spawned workers; its ``envs/``
+    folder, if any, extends the ``envs`` package (:func:`extend_package_path`)."""
     path = os.path.abspath(os.fspath(folder) if folder is not None else os.getcwd())
     if path not in (os.path.abspath(p or os.curdir) for p in sys.path):
         sys.path.append(path)
+    extend_package_path()
     return path
+
+
+def _where_raised(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``: the innermost frame of ``exc``'s traceback outside importlib, or ``""``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    inside = [f for f in frames if "importlib" not in f.filename] or frames
+    return f" (at {inside[-1].filename}:{inside[-1].lineno})" if inside else ""
+
+
+def _local_file(name: str, where: str) -> str | None:
+    """The file of module ``name`` in folder ``where`` (``a/b.py`` or ``a/b/__init__.py``), if there is one."""
+    base = os.path.join(where, *name.split("."))
+    return next((f for f in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(f)), None)
+
+
+def _not_found(name: str, missing: str, where: str) -> str:
+    """Why ``name`` cannot be imported, ``no module named NAME`` aside: no module ``missing`` (``name`` itself or a
+    package above it) is found."""
+    parent, _, leaf = missing.rpartition(".")
+    if not parent:  # a top-level module: the current folder is on sys.path
+        file = name.replace(".", "/") + ".py"
+        return (
+            f"there is no {file} in the current folder ({where}) nor on sys.path; "
+            "run from the folder that holds it, or add that folder to PYTHONPATH"
+        )
+    package = sys.modules.get(parent)
+    searched = list(getattr(package, "__path__", None) or [])
+    if not searched:  # Python's "'a' is not a package"
+        origin = getattr(package, "__file__", None) or "?"
+        return f"{parent!r} ({origin}) is a module, not a package of modules"
+    folder = parent.replace(".", "/")
+    message = (
+        f"no module {leaf} ({leaf}.py or {leaf}/) in any {folder}/ folder on the path (searched: {', '.join(searched)})"
+    )
+    local = _local_file(missing, where)
+    if local is not None:  # the file is there, but its folder is not part of the package (an installed one hides it)
+        origin = getattr(package, "__file__", None) or searched[0]
+        return (
+            f"{message}; {local} exists, but the package {parent!r} is imported from {origin}, which does not take in "
+            f"the {folder}/ folder of the current folder: rename that folder"
+        )
+    return f"{message}; run from the folder that holds {folder}/{leaf}.py, or add that folder to PYTHONPATH"
+
+
+def _hidden(name: str, module: ModuleType, where: str) -> str | None:
+    """The message when ``where`` holds a file of module ``name`` but the module imported is another one (an
+    installed module of that name, such as verlog's own ``envs.toy``, comes first on the path), else None."""
+    local, imported = _local_file(name, where), getattr(module, "__file__", None)
+    if local is None or imported is None:
+        return None
+    with contextlib.suppress(OSError):
+        if os.path.samefile(local, imported):
+            return None
+    return (
+        f"{name!r} is {imported}, which comes first on the path, not your {local}: give your module a name of its own"
+    )
 
 
 def import_modules(modules: Iterable[str], *, folder: str | os.PathLike | None = None) -> list[ModuleType]:
     """Import the modules that register envs of one's own (``verlog ... --import MODULE``).
 
-    The current folder (or ``folder``) is importable first (:func:`ensure_importable`). The modules are recorded in
-    the environment variable :data:`IMPORTS_ENV_VAR`, so env-pool workers import them too.
+    The current folder (or ``folder``) is importable first (:func:`ensure_importable`), and so is its ``envs/``
+    folder, as part of the ``envs`` package (``--import envs.my_env``). The modules are recorded in the environment
+    variable :data:`IMPORTS_ENV_VAR`, so env-pool workers import them too.
 
     Raises:
-        EnvImportError: a name that is not a module name, a module that is not found, or one that fails while it is
-            imported; the message names the module and the fix.
+        EnvImportError: a name that is not a module name, a module that is not found (the folders searched), one
+            that fails while it is imported (the exception and where), or one whose name an installed module
+            takes; the message names the module and the fix.
     """
     where = ensure_importable(folder)
+    importlib.invalidate_caches()  # modules written since the last import (finders cache folder listings)
     done = []
     for raw in modules:
         name = str(raw).strip()
@@ -314,22 +395,27 @@ def import_modules(modules: Iterable[str], *, folder: str | os.PathLike | None =
             hint = f" (for {name}: --import {stem}, run from the folder that holds it)" if stem.isidentifier() else ""
             raise EnvImportError(f"{name!r} is not a module name: give the module's dotted name without .py{hint}")
         try:
-            done.append(importlib.import_module(name))
+            module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-                file = name.replace(".", "/") + ".py"
+            missing = exc.name or name
+            if name == missing or name.startswith(missing + "."):
+                raise EnvImportError(f"no module named {name!r}: {_not_found(name, missing, where)}") from None
+            at = _where_raised(exc)
+            if "." in missing and missing.rpartition(".")[0] in sys.modules:  # a module of a package that is there
+                why = _not_found(missing, missing, where)
                 raise EnvImportError(
-                    f"no module named {name!r}: there is no {file} in the current folder ({where}) nor on sys.path; "
-                    "run from the folder that holds it, or add that folder to PYTHONPATH"
+                    f"importing {name!r} failed: it imports {missing!r}, which is not found{at}: {why}"
                 ) from None
             raise EnvImportError(
-                f"importing {name!r} failed: it imports {exc.name!r}, which is not installed ({exc})"
+                f"importing {name!r} failed: it imports {exc.name!r}, which is not installed ({exc}){at}"
             ) from None
         except Exception as exc:  # the module itself raised: name where, without the whole traceback
-            frames = traceback.extract_tb(exc.__traceback__)
-            inside = [f for f in frames if "importlib" not in f.filename] or frames
-            at = f" (at {inside[-1].filename}:{inside[-1].lineno})" if inside else ""
+            at = _where_raised(exc)
             raise EnvImportError(f"importing {name!r} failed: {type(exc).__name__}: {exc}{at}") from None
+        hidden = _hidden(name, module, where)
+        if hidden is not None:
+            raise EnvImportError(hidden)
+        done.append(module)
     recorded = [m for m in os.environ.get(IMPORTS_ENV_VAR, "").split(",") if m]
     for module in done:
         if module.__name__ not in recorded:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import runpy
 import sys
 from collections.abc import Sequence
 
@@ -40,8 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def import_envs_package() -> None:
+    """Import verlog's ``envs`` package from its own folder, before a folder of the user's can stand in for it.
+
+    A user's own ``envs/`` folder extends verlog's ``envs`` (``--import envs.my_env``; docs/design.md, "The envs
+    package name"). Imported by a plain ``import envs``, that folder would be taken for the whole package where
+    ``sys.path`` holds its parent: first (``python -m verlog`` puts the current folder there) if it has an
+    ``__init__.py``, anywhere if it has none and verlog is an editable install. The loader is the env-pool workers'
+    (``envs/pool_spawn.py``, run from its file: importing it would import ``envs`` first).
+    """
+    if "envs" in sys.modules:
+        return
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs")
+    loader = os.path.join(folder, "pool_spawn.py")
+    if os.path.isfile(loader):
+        runpy.run_path(loader, run_name="__envs_loader__")["load_envs_package"](folder)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verlog`` command; returns the process exit code."""
+    import_envs_package()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):

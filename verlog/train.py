@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import sys
 
+from verlog.cli import import_envs_package
 from verlog.commands.train import main
 
 if __name__ == "__main__":
+    import_envs_package()  # before the current folder, first on the path, can stand in for envs (verlog.cli)
     sys.exit(main())
