@@ -1,4 +1,4 @@
-"""Action parsing: BALROG's strict and naive modes exactly (spec 4.2, 4.3) and the lenient mode (table-driven)."""
+"""Action parsing: BALROG's strict and naive modes exactly (docs/text-envs.md) and the lenient mode (table-driven)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from envs.actions import (
 from envs.babyai.describe import ACTIONS as BABYAI
 from envs.crafter.describe import ACTIONS as CRAFTER
 
-# (completion, expected action or None) for BALROG's CoT parsing (spec 4.3), BabyAI actions
+# (completion, expected action or None) for BALROG's CoT parsing (strict), BabyAI actions
 STRICT_BABYAI = [
     ("turn left", "turn left"),
     ("I think... ACTION: go forward", "go forward"),
@@ -39,12 +39,12 @@ STRICT_CRAFTER = [
     ("... ACTION: Move North.", "Move North"),
     ("ACTION: Move North", "Move North"),
     ("ACTION: move north", None),
-    ("Action: Do", None),  # spec example: whole text, invalid
+    ("Action: Do", None),  # no "ACTION:": the whole text, invalid
     ("ACTION: Place Table!", "Place Table"),
     ("ACTION: Make Wood Pickaxe", "Make Wood Pickaxe"),
 ]
 
-# BALROG's naive agent (spec 4.2)
+# BALROG's naive agent
 NAIVE_BABYAI = [
     ("turn left", "turn left"),
     ('"go forward"', "go forward"),

@@ -16,7 +16,7 @@ from envs.babyai.expert import BabyAIExpert
 from envs.babyai.level import HELD_OUT
 from envs.errors import EnvStateError
 
-# balrog-text-spec.md section 1.2, produced by BALROG's own code: kind, seed, mission, max_steps, agent pos, dir, text
+# Produced by BALROG's own code (docs/text-envs.md, "BabyAI-Text"): kind, seed, mission, max_steps, agent pos, dir, text
 GOLDEN = [
     ("goto", 0, "go to the green key", 64, (6, 5), 2,
      "a wall 6 steps forward / a wall 2 steps left / a green key 1 step right and 2 steps forward"),

@@ -27,7 +27,7 @@ SEED0_RESET = (
 )
 STATUS_FULL = "Your status:\n- health: 9/9\n- food: 9/9\n- drink: 9/9\n- energy: 9/9"
 
-# spec 3.5, BALROG HEAD's prompt
+# BALROG's current prompt (docs/text-envs.md, "Crafter-Text")
 BALROG_PROMPT = """You are an agent playing Crafter. The following are the only valid actions you can take in the \
 game, followed by a short description of each action:
 

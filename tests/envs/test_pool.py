@@ -343,7 +343,7 @@ def test_real_games_in_one_pool_match_in_process() -> None:
         for step in range(30):
             actions = [a[(step * 5 + i) % len(a)] for i, a in enumerate(names)]
             got, want = pool.step(actions), local.step(actions)
-            # Crafter can differ across processes after ~10 steps (STACK.md): compare it early only.
+            # Crafter can differ across processes after ~10 steps (docs/stack.md): compare it early only.
             slots = range(len(ids)) if step < 5 else [0, 1, 3]
             assert [got[i][0].text for i in slots] == [want[i][0].text for i in slots]
             assert [got[i][1:4] for i in slots] == [want[i][1:4] for i in slots]

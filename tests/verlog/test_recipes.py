@@ -1,4 +1,4 @@
-"""Every recipe's --dry-run resolves (no GPU, Ray or weights) and matches Verlog's settings in shared/REFERENCE.md."""
+"""Every recipe's --dry-run resolves (no GPU, Ray or weights) and matches Verlog's settings (docs/reproducing.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
-# REFERENCE.md, "Settings used": model, GPUs, prompt / response tokens, turns per batch / mini-batch,
-# slots x turns per slot, critic warm-up steps (and the x40 / x20 first rollout), binary reward
+# Verlog's settings per env (docs/reproducing.md's recipe table): model, GPUs, prompt / response tokens, turns per
+# batch / mini-batch, slots x turns per slot, critic warm-up steps (and the x40 / x20 first rollout), binary reward
 VERLOG_SETTINGS = {
     "recipes/babyai/qwen2.5-3b_4xa40.sh": dict(
         model="Qwen/Qwen2.5-3B-Instruct", gpus=4, prompt=1024, response=512, batch=256, mini=128, slots=32,
@@ -70,7 +70,7 @@ def test_recipe_dry_run_matches_verlog(script):
     assert alg["critic_warmup"] == 0
     assert cfg["env"]["kwargs"]["binary_reward"] is want["binary"]
     assert cfg["env"]["id"] == want["env"] and cfg["iterations"] == want["iterations"]
-    # REFERENCE.md's algorithm defaults
+    # Verlog's algorithm settings (docs/reproducing.md, below the recipe table)
     assert (alg["step_gamma"], alg["step_lam"], alg["token_gamma"], alg["token_lam"]) == (0.99, 0.95, 1.0, 1.0)
     assert (alg["kl_coef"], alg["entropy_coeff"], alg["clip_ratio"], alg["cliprange_value"]) == (0.001, 0.001, 0.2, 0.5)
     assert (alg["actor_lr"], alg["critic_lr"], alg["kl_in_reward"]) == (1e-6, 1e-5, True)

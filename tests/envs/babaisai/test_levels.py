@@ -1,4 +1,4 @@
-"""Level generation of the 40 BALROG BabaIsAI tasks (spec section 4), checked against the spec's examples."""
+"""Level generation of the 40 BALROG BabaIsAI tasks, checked against the original package (docs/babaisai.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_all_40_balrog_tasks_are_listed_once() -> None:
     assert TASKS[0] == "make_win-distr_obj_rule" and TASKS[-1] == "two_room-make_wall_win"
 
 
-# Spec section 6.3: layouts after np.random.seed(0).
+# Layouts the original package generates after np.random.seed(0).
 SPEC_LAYOUTS = {
     "goto_win": {
         (1, 1): "DOOR", (2, 1): "IS", (3, 1): "WIN", (1, 3): "blue door", (3, 3): "white baba",
@@ -98,7 +98,7 @@ def test_target_plans() -> None:
     )
 
 
-# Spec section 5: optimal (breadth-first) solution lengths for seeds 0-4.
+# Optimal (breadth-first) solution lengths for seeds 0-4 (docs/babaisai.md, "Validation").
 SPEC_OPTIMAL = {
     "goto_win": [2, 9, 2, 3, 1],
     "make_win": [14, 19, 16, 15, 17],

@@ -1,4 +1,4 @@
-"""Rule parsing and step dynamics of the BabaIsAI engine on small hand-built boards (spec sections 2-3)."""
+"""Rule parsing and step dynamics of the BabaIsAI engine on small hand-built boards (docs/babaisai.md, "The game")."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_three_iterations_losses_metrics_and_sync(runs):
         assert math.isfinite(m["actor/pg_loss"])
         assert m["actor/ppo_kl"] != 0.0 or m["actor/pg_clipfrac"] > 0  # the actor moved during its update
     # generation after the sync runs on the new weights: vLLM's token probabilities match the updated FSDP actor's
-    # (seen: about 2e-5 with the sync; shared/STACK.md saw 3e-4 to 5e-4 when syncs were skipped on purpose)
+    # (seen: about 2e-5 with the sync; docs/stack.md: 3e-4 to 5e-4 when syncs were skipped on purpose)
     assert metrics[2]["training/rollout_probs_diff_mean"] < 1e-4
     assert "[verlog] iteration 3/3" in proc.stdout
     assert "critic/vf_loss" in proc.stdout  # verl's console logger printed the metrics
