@@ -54,7 +54,7 @@
 #   PYTHON              [.venv/bin/python of the repository]
 #
 # How these were chosen (docs/results.md has the measured runs, the earlier attempts and the same notes at length;
-# shared/STACK.md "BabyAI goto learns on this CPU" the trial they come from):
+# docs/learnability.md, "Earlier trials", the trial they come from):
 # - Reward: binary success plus a 0.2 format penalty, ADDED to the env's reward (it used to replace it, which
 #   made PPO learn the format instead of the task). 0.2 rather than 0.1: valid actions after PPO 91.3% against
 #   88.8% (v5 vs v4 in docs/results.md, docs/results_goto_v4.md; the issue asks for 90%).
