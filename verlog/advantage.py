@@ -40,6 +40,22 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-tok
 _RowInput = torch.Tensor | Sequence[int] | Sequence[float] | Sequence[bool]
 
 
+def link_turns(episode_ids: Sequence[str], turn_indices: Sequence[int], ended: Sequence[bool]) -> list[int]:
+    """The one definition of row links: for each row, the index of the same episode's next turn among these rows,
+    or -1 when the episode ended at this row or its next turn is not among them. Any row order (verl's balancing
+    reorders rows; the trainer links them again in that order). It gives :func:`dual_discount_gae` its ``next_row``;
+    the rollout (``verlog.rollout.batch.TurnBatch``) and the trainer's advantage step both link with it.
+
+    Args:
+        episode_ids, turn_indices: ``[B]`` each row's episode and turn index.
+        ended: ``[B]`` the episode terminated or was truncated at this row.
+    """
+    position = {(str(e), int(t)): i for i, (e, t) in enumerate(zip(episode_ids, turn_indices))}
+    return [
+        -1 if done else position.get((str(e), int(t) + 1), -1) for e, t, done in zip(episode_ids, turn_indices, ended)
+    ]
+
+
 def dual_discount_gae(
     token_rewards: torch.Tensor,
     values: torch.Tensor,

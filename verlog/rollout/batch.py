@@ -11,12 +11,12 @@ Plain lists and tensors only: the trainer turns :meth:`TurnBatch.to_tensors` int
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 
+from verlog.advantage import link_turns  # the one definition of row links (also imported from here)
 from verlog.memory import prompt_metrics
 
 
@@ -93,21 +93,6 @@ class PromptRecord(NamedTuple):
     num_tokens: int
     turns_kept: int
     truncated_observation: bool
-
-
-def link_turns(episode_ids: Sequence[str], turn_indices: Sequence[int], ended: Sequence[bool]) -> list[int]:
-    """The one definition of row links: for each row, the index of the same episode's next turn among these rows,
-    or -1 when the episode ended at this row or its next turn is not among them. Any row order (verl's balancing
-    reorders rows; the trainer links them again in that order).
-
-    Args:
-        episode_ids, turn_indices: ``[B]`` each row's episode and turn index.
-        ended: ``[B]`` the episode terminated or was truncated at this row.
-    """
-    position = {(str(e), int(t)): i for i, (e, t) in enumerate(zip(episode_ids, turn_indices))}
-    return [
-        -1 if done else position.get((str(e), int(t) + 1), -1) for e, t, done in zip(episode_ids, turn_indices, ended)
-    ]
 
 
 @dataclass
