@@ -40,7 +40,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.eval.training",
         ),
     ),
-    ("config", ("verlog.config.*",)),  # the typed training config and its checks: envs and plain modules only
+    # the typed training config and its checks: envs and plain modules only; the estimators' registry (each entry
+    # declares its config checks, which the checks ask it for)
+    ("config", ("verlog.config.*", "verlog.estimators")),
     (
         "library",  # rollout, evaluation, demos, SFT, viewer, the CPU platform: never the config or the trainer
         (

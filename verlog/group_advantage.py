@@ -28,9 +28,9 @@ import torch
 
 from verlog.errors import AdvantageInputError
 
-ESTIMATORS = ("dual_gae", "grpo", "gigpo")
-"""``algorithm.estimator`` values: the critic-based dual-discount GAE and the two critic-free group estimators."""
-GROUP_ESTIMATORS = ("grpo", "gigpo")
+GROUP_ADVANTAGES = ("grpo", "gigpo")
+"""What :func:`group_advantages` computes (``algorithm.estimator`` is checked against verlog/estimators.py's registry,
+whose ``grpo`` and ``gigpo`` entries call it)."""
 GROUP_NORMS = ("mean_std", "mean")
 """``algorithm.group_norm``: ``(x - mean) / (std + eps)`` or ``x - mean`` within each group."""
 DEFAULT_EPS = 1e-6
@@ -365,8 +365,8 @@ def group_advantages(
     Returns:
         :class:`GroupAdvantageResult`: ``advantages[i, j] = A_i * response_mask[i, j]``.
     """
-    if estimator not in GROUP_ESTIMATORS:
-        raise ValueError(f"estimator must be one of {GROUP_ESTIMATORS}, got {estimator!r}")
+    if estimator not in GROUP_ADVANTAGES:
+        raise ValueError(f"estimator must be one of {GROUP_ADVANTAGES}, got {estimator!r}")
     b = token_rewards.shape[0]
     for name, seq in (
         ("episode_ids", episode_ids),

@@ -3,9 +3,10 @@
 :func:`typed_config` gives a composed (untyped) config the types of :class:`~verlog.config.schema.TrainConfig`,
 collecting each key whose value does not fit (``seed=abc``) or that the schema lacks. :func:`check_values` checks
 each key's range and choices, :func:`check_sizes` the keys that depend on each other (rows split into mini-batches
-and over the ranks, the group estimators, tapes). Nothing here starts Ray, loads a model or builds
-an env; :mod:`verlog.config.preflight` does the checks that look outside the config (env, model, checkpoint, prompt
-budget). A check returns a list of :class:`Problem`; :class:`TrainConfigError` carries them all.
+and over the ranks, the advantage estimator's own checks from its registry entry in verlog/estimators.py, tapes).
+Nothing here starts Ray, loads a model or builds an env; :mod:`verlog.config.preflight` does the checks that look
+outside the config (env, model, checkpoint, prompt budget). A check returns a list of :class:`Problem`;
+:class:`TrainConfigError` carries them all.
 """
 
 from __future__ import annotations
@@ -13,28 +14,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from verlog.config import schema
+from verlog.config.problems import Problem
 from verlog.config.schema import LOGGERS, RESUME_MODES, TrainConfig
 from verlog.errors import VerlogError
 
 if TYPE_CHECKING:
     from verlog.curriculum import CurriculumSettings
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One bad setting: the key, what is wrong with it and the fix (one line)."""
-
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return self.message if self.message.startswith(self.key) else f"{self.key}: {self.message}"
 
 
 class TrainConfigError(VerlogError, ValueError):
@@ -205,7 +195,8 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
     from envs.actions import PARSE_MODES
     from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES
-    from verlog.group_advantage import ESTIMATORS, GROUP_NORMS
+    from verlog.estimators import choices_meaning, estimator_names
+    from verlog.group_advantage import GROUP_NORMS
     from verlog.memory import ANSWER_FORMATS
 
     skipped = set(skip)
@@ -217,7 +208,7 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
             problems.append(Problem(key, f"{value!r} {requirement}: e.g. {key}={_get(defaults, key)} (the default)"))
     choices = [
         _choice("memory.answer_format", cfg.memory.answer_format, ANSWER_FORMATS, "cot: THINK then ACTION"),
-        _choice("algorithm.estimator", cfg.algorithm.estimator, ESTIMATORS, "dual_gae: critic; grpo, gigpo: groups"),
+        _choice("algorithm.estimator", cfg.algorithm.estimator, estimator_names(), choices_meaning()),
         _choice("algorithm.group_norm", cfg.algorithm.group_norm, GROUP_NORMS),
         _choice("algorithm.advantage_level", cfg.algorithm.advantage_level, ADVANTAGE_LEVELS),
         _choice("algorithm.boundary", cfg.algorithm.boundary, BOUNDARIES, "bootstrap: V(s_T), verlog's"),
@@ -257,7 +248,8 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
 # ------------------------------------------------------------------------------------------------ sizes
 def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Keys that depend on each other: the rows of an iteration split into mini-batches and over the ranks, the
-    rollout engine over the ranks, the group estimators.
+    rollout engine over the ranks, and the checks of ``algorithm.estimator``'s registry entry (verlog/estimators.py:
+    how it groups the rollout's slots).
 
     Runs only on sizes that passed :func:`check_values` (a size below 1 is reported there, not divided by here).
     """
@@ -294,65 +286,9 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
             )
         )
     if "algorithm.estimator" not in bad and "rollout.group_size" not in bad:
-        problems += _check_estimator(cfg)
-    return problems
+        from verlog.estimators import get_estimator
 
-
-def _check_estimator(cfg: TrainConfig) -> list[Problem]:
-    """The advantage estimator and its group rollouts (docs/algorithms.md, "Group estimators")."""
-    from verlog.group_advantage import GROUP_ESTIMATORS
-
-    alg, ro = cfg.algorithm, cfg.rollout
-    estimator, k, slots = alg.estimator, ro.group_size, ro.num_slots
-    if estimator not in GROUP_ESTIMATORS:
-        if k != 1:
-            return [
-                Problem(
-                    "rollout.group_size",
-                    f"{k} groups slots for the group estimators, but algorithm.estimator={estimator}: set "
-                    "algorithm.estimator=grpo or gigpo, or rollout.group_size=1",
-                )
-            ]
-        return []
-    problems = []
-    if k < 2 or slots % k:
-        problems.append(
-            Problem(
-                "rollout.group_size",
-                f"algorithm.estimator={estimator} compares the episodes of a group: rollout.group_size ({k}) must be "
-                f">= 2 and divide rollout.num_slots ({slots}), e.g. rollout.group_size=4 with num_slots a multiple "
-                "of 4",
-            )
-        )
-    if alg.warmup_rollout_multiplier > 1:
-        problems.append(
-            Problem(
-                "algorithm.warmup_rollout_multiplier",
-                f"algorithm.estimator={estimator} trains no critic, so the critic warm-up rollout "
-                f"(algorithm.warmup_rollout_multiplier={alg.warmup_rollout_multiplier}) has nothing to train: set it "
-                "to 1",
-            )
-        )
-    if slots < alg.mini_batches:
-        problems.append(
-            Problem(
-                "rollout.num_slots",
-                f"with algorithm.estimator={estimator} a slot's rows after its episode ended are left out of the "
-                f"loss; the first turns of the {slots} slots must fill the {alg.mini_batches} mini-batches: raise "
-                "rollout.num_slots or lower algorithm.mini_batches",
-            )
-        )
-    max_steps = cfg.env.kwargs.get("max_steps")
-    if isinstance(max_steps, int) and max_steps > ro.turns_per_slot:
-        problems.append(
-            Problem(
-                "env.kwargs.max_steps",
-                f"algorithm.estimator={estimator} plays whole episodes per iteration, but env.kwargs.max_steps="
-                f"{max_steps} lets an episode run past rollout.turns_per_slot={ro.turns_per_slot}: set "
-                f"rollout.turns_per_slot={max_steps} or env.kwargs.max_steps={ro.turns_per_slot} (an env's own "
-                "limit is checked when the slots start)",
-            )
-        )
+        problems += get_estimator(cfg.algorithm.estimator).checks(cfg)  # the estimator's own (verlog/estimators.py)
     return problems
 
 

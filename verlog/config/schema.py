@@ -138,7 +138,8 @@ class AlgorithmConfig:
     """PPO and the advantage (docs/algorithms.md); the defaults are Verlog's (configs/algorithm/verlog.yaml).
 
     Attributes:
-        estimator: ``dual_gae`` (critic), ``grpo`` or ``gigpo`` (critic-free group estimators).
+        estimator: ``dual_gae`` (critic), ``grpo`` or ``gigpo`` (critic-free group estimators); each is an entry of
+            verlog/estimators.py's registry, which says whether it needs a critic and how it groups the slots.
         group_norm: ``mean_std`` or ``mean``, the normalisation within a group (group estimators).
         gigpo_step_gamma: discount of GiGPO's step-level return, in [0, 1].
         gigpo_omega: weight of GiGPO's step-level advantage, >= 0.
@@ -355,11 +356,6 @@ class TrainConfig:
         while share % rows:
             rows -= 1
         return rows
-
-    @property
-    def uses_critic(self) -> bool:
-        """Whether the estimator trains a critic (dual_gae does; the group estimators do not)."""
-        return self.algorithm.estimator == "dual_gae"
 
     @property
     def warmup_rollout_turns(self) -> int:

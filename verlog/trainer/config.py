@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlog.config import TrainConfig
 from verlog.config.checks import TrainConfigError, check_config
+from verlog.estimators import get_estimator
 
 __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check_config", "verl_overrides"]
 
@@ -30,9 +31,9 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     cfg = _typed(cfg)
     alg, hw, ro, ev = cfg.algorithm, cfg.hardware, cfg.rollout, cfg.evaluation
     mini, micro, model_path = cfg.mini_batch_rows, cfg.micro_batch_rows, cfg.model.path
-    # the group estimators (grpo, gigpo) need no critic: verl builds none (need_critic reads critic.enable), never
-    # calls _compute_values, and trains the actor from the first iteration
-    critic = cfg.uses_critic
+    # an estimator without a critic (grpo, gigpo: its registry entry says so): verl builds none (need_critic reads
+    # critic.enable), never calls _compute_values, and trains the actor from the first iteration
+    critic = get_estimator(cfg.algorithm.estimator).needs_critic
     out = [
         # data: the rollout manager replaces the prompt data set (train/val files are never read)
         f"data.train_batch_size={cfg.rows_per_iteration}",

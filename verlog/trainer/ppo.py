@@ -48,7 +48,8 @@ from verl.utils.model import compute_position_id_with_mask
 from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, turn_level_advantages
 from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
-from verlog.group_advantage import GROUP_ESTIMATORS, group_advantages, spread_untrained_rows
+from verlog.estimators import Estimator, Grouping, get_estimator
+from verlog.group_advantage import group_advantages, spread_untrained_rows
 from verlog.rollout.batch import link_turns
 from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
@@ -163,7 +164,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             seed=v.seed,
             run_id=v.run_name,
             generation_retries=v.rollout.generation_retries,
-            group_size=v.rollout.group_size if self._estimator() in GROUP_ESTIMATORS else None,
+            group_size=v.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
             curriculum=curriculum,
         )
 
@@ -187,9 +188,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
         curriculum = TaskCurriculum([f.name for f in families], curriculum_settings(typed), seed=typed.seed)
         return MULTITASK_ENV_ID, {"tasks": tasks, "env_kwargs": env_kwargs}, curriculum
 
-    def _estimator(self) -> str:
-        """``algorithm.estimator``: dual_gae, grpo or gigpo."""
-        return self.settings.algorithm.estimator
+    def _estimator(self) -> Estimator:
+        """``algorithm.estimator``'s registry entry (verlog/estimators.py)."""
+        return get_estimator(self.settings.algorithm.estimator)
 
     def _build_tapes(self) -> Any:
         from verlog.tapes import TapeSettings, TrainingTapes
@@ -249,7 +250,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``); the
         group estimators go to :meth:`_group_advantage`."""
         alg = self.settings.algorithm
-        if self._estimator() in GROUP_ESTIMATORS:
+        if self._estimator().grouping is Grouping.GROUPS:
             return self._group_advantage(data)
         nt = data.non_tensor_batch
         keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
@@ -298,12 +299,12 @@ class VerlogPPOTrainer(RayPPOTrainer):
         keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
         if "group_id" not in nt:
             raise VerlogError(
-                f"algorithm.estimator={self._estimator()} needs group rollouts (rows with group ids): the rollout "
+                f"algorithm.estimator={self._estimator().name} needs group rollouts (rows with group ids): the rollout "
                 "was built without rollout.group_size"
             )
         self._check_finite(data.batch["token_level_rewards"], keys, "reward")
         out = group_advantages(
-            self._estimator(),
+            self._estimator().name,
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
             [k[0] for k in keys],
