@@ -4,12 +4,15 @@ verl's legacy trainer builds ``actor_rollout_ref.rollout.agent.agent_loop_manage
 calls its ``generate_sequences(batch)`` once per iteration. This subclass starts no agent-loop worker actors; the
 trainer attaches a :class:`~verlog.rollout.manager.RolloutManager` (generating through verl's vLLM server client,
 token in, token out), and ``generate_sequences`` returns its ``num_slots x turns_per_slot`` per-turn rows in the
-layout verl's PPO step expects.
+layout verl's PPO step expects. It keeps the iteration's rollout (:class:`RolloutRecord`: the
+:class:`~verlog.rollout.batch.TurnBatch` and its metrics) under the iteration's number, which verl's ``fit`` puts in
+the batch's ``meta_info["global_steps"]``; the trainer asks for it by that number (:meth:`rollout_at`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,15 @@ from verlog.rollout.batch import TurnBatch
 from verlog.rollout.manager import RolloutManager
 
 
+@dataclass
+class RolloutRecord:
+    """One iteration's rollout: its number (verl's ``global_steps``), the rows and finished episodes, the metrics."""
+
+    step: int
+    batch: TurnBatch
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
 class VerlogAgentLoopManager(AgentLoopManager):
     """Per-turn rows from verlog's rollout manager, in the shape of verl's agent-loop output."""
 
@@ -29,8 +41,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
         self.agent_loop_workers = []  # generation goes straight to the vLLM servers through llm_client
         self.rollout: RolloutManager | None = None
         self.turns_per_slot = 0
-        self.last_batch: TurnBatch | None = None
-        self.last_metrics: dict[str, float] = {}
+        self.last_rollout: RolloutRecord | None = None
         self.iteration_log: list[dict[str, Any]] = []
 
     def attach(self, rollout: RolloutManager, turns_per_slot: int) -> None:
@@ -49,8 +60,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
         t0 = time.perf_counter()
         batch = self.rollout.collect(self.turns_per_slot)
         elapsed = time.perf_counter() - t0
-        self.last_batch = batch
-        self.last_metrics = {**batch.metrics(), **self.rollout.last_timing}
+        step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
+        self.last_rollout = RolloutRecord(step, batch, {**batch.metrics(), **self.rollout.last_timing})
         self.iteration_log.append(
             {
                 "start_episodes": start_episodes,
@@ -64,6 +75,12 @@ class VerlogAgentLoopManager(AgentLoopManager):
             }
         )
         return self.to_dataproto(batch, elapsed)
+
+    def rollout_at(self, step: int) -> RolloutRecord | None:
+        """The rollout of iteration ``step``, or None when the latest rollout is another iteration's (the critic
+        warm-up's rollout is collected outside this manager and never recorded)."""
+        record = self.last_rollout
+        return record if record is not None and record.step == step else None
 
     def to_dataproto(self, batch: TurnBatch, elapsed: float = 0.0) -> DataProto:
         """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row columns

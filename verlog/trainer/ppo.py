@@ -9,15 +9,17 @@ verl's ``fit()`` loop runs unchanged; verlog plugs into its seams:
 - ``_compute_values``: the critic's values of the rows, plus ``V(s_{t+1})`` of the bootstrap prompts (a second critic
   call on prompt-only rows, padded to the number of ranks) as ``next_values``;
 - the advantage: ``verl.trainer.ppo.ray_trainer.compute_advantage`` (looked up at call time in ``fit``) is replaced
-  during ``fit`` by :meth:`VerlogPPOTrainer.compute_advantage`: dual-discount GAE over the rows, linked by (episode
-  id, turn index) whatever order verl's balancing left, then masked whitening; or, with ``algorithm.estimator`` =
-  ``grpo`` / ``gigpo``, the group advantages of :mod:`verlog.group_advantage` (no critic is built: ``critic.enable``
-  is False, so verl never calls ``_compute_values``);
+  during ``fit`` by :meth:`VerlogPPOTrainer.compute_advantage`, which wires pure functions
+  (:mod:`verlog.trainer.advantage_step`): the advantage step asks ``algorithm.estimator``'s registry entry
+  (:mod:`verlog.estimators`: dual-discount GAE over the rows, linked by (episode id, turn index) whatever order verl's
+  balancing left, then masked whitening; or GRPO / GiGPO, for which no critic is built: ``critic.enable`` is False,
+  so verl never calls ``_compute_values``); then the run-level hooks on the trained rows: tapes and the curriculum;
 - the critic loss: verlog's clipped value loss with the first position weighted (``set_loss_fn``);
 - checkpoints: verl's, plus every slot's env state and memory (``verlog_rollout.pkl``); ``_load_checkpoint`` is also
   the start hook (``_on_fit_start``: the critic warm-up on fresh runs);
 - metrics: env and rollout stats, advantage stats, progress and ETA go to verl's tracking backends and to
-  ``<output_dir>/metrics.jsonl``;
+  ``<output_dir>/metrics.jsonl``; each seam hands its metrics to the iteration's log by the iteration's number
+  (:class:`StepValue`), never through an attribute read later;
 - ``_validate`` (verl's validation hook, ``trainer.test_freq`` = ``evaluation.every``): verlog's evaluation on held-out
   seeds (:mod:`verlog.trainer.evaluation`), logged as ``eval/*`` metrics.
 
@@ -33,7 +35,7 @@ import os
 import pickle
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -45,14 +47,12 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
-from verlog.advantage import advantage_metrics, dual_discount_gae, masked_whiten, turn_level_advantages
 from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
-from verlog.group_advantage import group_advantages, spread_untrained_rows
-from verlog.rollout.batch import link_turns
 from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
+from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.seams import check_seams
 
 ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
@@ -75,12 +75,39 @@ def tick_collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"tick": torch.tensor([item["tick"] for item in items], dtype=torch.long)}
 
 
+T = TypeVar("T")
+
+
+class StepValue(Generic[T]):
+    """A value one seam of verl's ``fit`` hands to a later seam of the same iteration: :meth:`put` at iteration
+    ``step``, :meth:`take` at that ``step`` (once). A value of another iteration is never handed out, so a seam that
+    did not run in an iteration leaves nothing stale for the next."""
+
+    def __init__(self) -> None:
+        self._step: int | None = None
+        self._value: T | None = None
+
+    def put(self, step: int, value: T) -> None:
+        self._step, self._value = step, value
+
+    def take(self, step: int, default: T) -> T:
+        if self._step != step or self._value is None:
+            return default
+        value = self._value
+        self._step, self._value = None, None
+        return value
+
+
 class VerlogPPOTrainer(RayPPOTrainer):
     """verl's PPO trainer driving verlog's multi-turn rollout (see the module docstring for the seams)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_seams()  # before any worker starts: verl's fit must still call what verlog overrides
         super().__init__(*args, **kwargs)
+        self._tapes: Any = None  # the run's TrainingTapes (init_workers)
+        # what one seam of an iteration hands to a later one, by the iteration's number (verl's global_steps)
+        self._entropys: StepValue[torch.Tensor] = StepValue()  # _compute_old_log_prob -> the tapes
+        self._step_metrics: StepValue[dict[str, float]] = StepValue()  # compute_advantage -> the iteration's log
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -208,6 +235,15 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _world_size(self) -> int:
         return int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes)
 
+    def _batch_layout(self) -> BatchLayout:
+        """How verl cuts the batch into PPO mini-batches (verl's config, ``verl:`` overrides included)."""
+        actor = self.config.actor_rollout_ref.actor
+        return BatchLayout(
+            ranks=self._world_size(),
+            mini_batch_rows=int(actor.ppo_mini_batch_size),
+            shuffle=bool(actor.get("shuffle", False)),
+        )
+
     # ------------------------------------------------------------------------------------------ values
     def _compute_values(self, batch: DataProto) -> DataProto:
         values = super()._compute_values(batch)
@@ -247,165 +283,28 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------ advantage
     def compute_advantage(self, data: DataProto, *args: Any, **kwargs: Any) -> DataProto:
-        """Dual-discount GAE over the per-turn rows (replaces verl's ``compute_advantage`` during ``fit``); the
-        group estimators go to :meth:`_group_advantage`."""
-        alg = self.settings.algorithm
-        if self._estimator().grouping is Grouping.GROUPS:
-            return self._group_advantage(data)
-        nt = data.non_tensor_batch
-        keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
-        next_row = link_turns(nt["episode_id"], nt["turn_index"], np.logical_or(nt["terminated"], nt["truncated"]))
-        mask = data.batch["response_mask"]
-        next_values = data.batch["next_values"] if "next_values" in data.batch.keys() else torch.zeros(len(data))
-        self._check_finite(data.batch["token_level_rewards"], keys, "reward")
-        advantages, returns = dual_discount_gae(
-            data.batch["token_level_rewards"],
-            data.batch["values"],
-            mask,
-            next_row,
-            next_values,
-            torch.as_tensor(nt["terminated"].astype(bool)),
-            token_gamma=alg.token_gamma,
-            token_lam=alg.token_lam,
-            step_gamma=alg.step_gamma,
-            step_lam=alg.step_lam,
-        )
-        self._check_finite(advantages, keys, "advantage (the critic's values or the bootstrap values)")
-        raw = advantages
-        if alg.advantage_level == "turn":
-            advantages = turn_level_advantages(advantages, mask)
-        if alg.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
-        data.batch["advantages"] = advantages
-        data.batch["returns"] = returns
-        # the library's diagnostics of the raw advantages (its critic/* entries are verl's own metrics already)
-        stats = advantage_metrics(raw, returns, data.batch["values"], mask) if bool(mask.any()) else {}
-        self._adv_metrics = {
-            **{k: v for k, v in stats.items() if k.startswith("adv/")},
-            "adv/linked_rows": float(sum(r >= 0 for r in next_row)),
-            "adv/bootstrap_rows": float(sum(1 for i, r in enumerate(next_row) if r < 0 and not nt["terminated"][i])),
-            "adv/next_value_mean": float(next_values.float().mean()),
-        }
-        self._write_tapes(data, raw, keys)
-        self._update_curriculum(data)
+        """verl's ``compute_advantage`` during ``fit`` (verl's own arguments are ignored): the advantage step of
+        ``algorithm.estimator``, then the run-level hooks on the rows it trains, given this iteration's rollout
+        (tapes, the curriculum); the step's metrics go to this iteration's log (:meth:`extra_metrics`)."""
+        step = int(self.global_steps)
+        data, metrics, raw_advantages = advantage_step(data, self.settings, self._batch_layout())
+        record = self.async_rollout_manager.rollout_at(step)
+        entropys = self._entropys.take(step, None)
+        if self._estimator().tapes and record is not None:
+            record_tapes(self._tapes, data, record.batch.rows, raw_advantages, entropys, step)
+        curriculum = self.rollout.curriculum
+        episodes = record.batch.episodes if record is not None else []
+        metrics = {**metrics, **update_curriculum(curriculum, data, episodes, step)}
+        self._step_metrics.put(step, metrics)
         return data
-
-    def _group_advantage(self, data: DataProto) -> DataProto:
-        """GRPO / GiGPO over the rows of whole episodes (docs/algorithms.md, "Group estimators"): each row's
-        advantage on all its response tokens, no whitening; untrained rows (idle, unfinished) get 0 and are dealt
-        over the mini-batches so that none is left without a trained row."""
-        alg = self.settings.algorithm
-        nt = data.non_tensor_batch
-        keys = [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
-        if "group_id" not in nt:
-            raise VerlogError(
-                f"algorithm.estimator={self._estimator().name} needs group rollouts (rows with group ids): the rollout "
-                "was built without rollout.group_size"
-            )
-        self._check_finite(data.batch["token_level_rewards"], keys, "reward")
-        out = group_advantages(
-            self._estimator().name,
-            data.batch["token_level_rewards"],
-            data.batch["response_mask"],
-            [k[0] for k in keys],
-            [k[1] for k in keys],
-            np.logical_or(nt["terminated"], nt["truncated"]).tolist(),
-            nt["group_id"].tolist(),
-            nt["anchor"].tolist(),
-            nt["trained"].astype(bool).tolist(),
-            norm=alg.group_norm,
-            gamma=alg.gigpo_step_gamma,
-            omega=alg.gigpo_omega,
-        )
-        self._check_finite(out.advantages, keys, "advantage")
-        data.batch["advantages"] = out.advantages
-        data.batch["returns"] = out.advantages.clone()  # no critic: verl's metrics read returns; as verl's GRPO does
-        self._adv_metrics = dict(out.metrics)
-        if not bool(self.config.actor_rollout_ref.actor.get("shuffle", False)):
-            order = spread_untrained_rows(
-                nt["trained"].astype(bool).tolist(),
-                self._world_size(),
-                int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size),
-            )
-            if order is not None and order != list(range(len(data))):
-                data.reorder(torch.tensor(order, dtype=torch.long))
-        self._update_curriculum(data)
-        return data
-
-    def _update_curriculum(self, data: DataProto) -> None:
-        """Multi-task training: the curriculum's arm rewards from the advantages the policy loss uses (whatever the
-        estimator: the mean |A| of each task family's trained rows, docs/curriculum.md), then its metrics. Not during
-        the critic warm-up (no iteration yet, and an untrained critic's advantages say nothing about the tasks)."""
-        from verlog.curriculum import curriculum_metrics, family_abs_advantage
-
-        rollout = getattr(self, "rollout", None)
-        curriculum = getattr(rollout, "curriculum", None)
-        self._curriculum_metrics = {}
-        if curriculum is None or "task" not in data.non_tensor_batch or int(getattr(self, "global_steps", 0)) < 1:
-            return
-        nt = data.non_tensor_batch
-        trained = nt["trained"].astype(bool) if "trained" in nt else None
-        tasks = [str(t) for t in nt["task"]]
-        curriculum.update(
-            family_abs_advantage(data.batch["advantages"], tasks, data.batch["response_mask"], trained=trained)
-        )
-        batch = getattr(self.async_rollout_manager, "last_batch", None)
-        episodes = batch.episodes if batch is not None else []
-        rows = [t for i, t in enumerate(tasks) if trained is None or trained[i]]
-        self._curriculum_metrics = curriculum_metrics(curriculum, episodes, rows)
 
     # ------------------------------------------------------------------------------------------ tapes
     def _compute_old_log_prob(self, batch: DataProto) -> Any:
-        """verl's, keeping the per-token entropies (verl drops them after its metric) for the tapes' token split."""
+        """verl's, keeping the per-token entropies (verl drops them after its metric) for this iteration's tapes."""
         out, mfu = super()._compute_old_log_prob(batch)
-        if getattr(self, "_tapes", None) is not None and self._tapes.enabled:
-            self._tape_entropys = out.batch["entropys"]
+        if self._tapes is not None and self._tapes.enabled and self._estimator().tapes:
+            self._entropys.put(int(self.global_steps), out.batch["entropys"])
         return out, mfu
-
-    _TAPE_TENSORS = (
-        "values",
-        "advantages",
-        "returns",
-        "response_mask",
-        "old_log_probs",
-        "ref_log_prob",
-        "token_level_rewards",
-        "next_values",
-    )
-
-    def _write_tapes(self, data: DataProto, raw_advantages: torch.Tensor | None, keys: list[tuple[str, int]]) -> None:
-        """The iteration's sampled episodes into ``tapes/train.jsonl`` (verlog/tapes.py); not during the critic
-        warm-up (no iteration yet). ``keys`` are the rows' (episode id, turn index) in ``data``'s order."""
-        from verlog.tapes import record_training_tapes
-
-        tapes = getattr(self, "_tapes", None)
-        manager = getattr(self, "async_rollout_manager", None)
-        batch = getattr(manager, "last_batch", None)
-        if tapes is None or batch is None or int(getattr(self, "global_steps", 0)) < 1:
-            return
-        by_key = {(r.episode_id, r.turn_index): r for r in batch.rows}
-        if any(k not in by_key for k in keys):
-            return  # not this iteration's rollout
-        entropys = getattr(self, "_tape_entropys", None)
-        self._tape_entropys = None
-        present = data.batch.keys()
-        if entropys is not None and entropys.shape != data.batch["response_mask"].shape:
-            entropys = None
-        tensors = {k: data.batch[k] if k in present else None for k in self._TAPE_TENSORS}
-        tensors["advantages_raw"] = raw_advantages
-        tensors["entropys"] = entropys
-        record_training_tapes(tapes, [by_key[k] for k in keys], tensors, int(self.global_steps))
-
-    def _check_finite(self, x: torch.Tensor, keys: list[tuple[str, int]], what: str) -> None:
-        """Stop the iteration on a NaN or infinite entry, naming the env, the episode and the turn."""
-        bad = (~torch.isfinite(x.float())).any(dim=1)
-        if bool(bad.any()):
-            rows = torch.nonzero(bad).squeeze(1).tolist()
-            where = ", ".join(f"episode {keys[i][0]} turn {keys[i][1]}" for i in rows[:5])
-            raise VerlogError(
-                f"a non-finite {what} in {len(rows)} row(s) of env {self.settings.env.id!r}: {where}; an env must "
-                "return finite float rewards (check its step() for NaN or inf)"
-            )
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _step_folder(self) -> str:
@@ -466,7 +365,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         data.meta_info["temperature"] = float(self.config.actor_rollout_ref.rollout.temperature)
         data = data.union(self._compute_values(data))
         data.batch["token_level_rewards"] = data.batch["rm_scores"]
-        data = self.compute_advantage(data)
+        data, _, _ = advantage_step(data, self.settings, self._batch_layout())  # no iteration yet: no tapes, metrics
         for i in range(updates):
             out = self._update_critic(data)
             loss = float(reduce_metrics(out.meta_info["metrics"]).get("critic/vf_loss", float("nan")))
@@ -505,11 +404,12 @@ class VerlogPPOTrainer(RayPPOTrainer):
             tracking.Tracking = original_tracking
 
     def extra_metrics(self, step: int) -> dict[str, float]:
-        """verlog's metrics for the step being logged, and a progress line on stdout."""
+        """verlog's metrics for the step being logged (the rollout's, then the advantage step's and the curriculum's,
+        each of this very iteration), and a progress line on stdout."""
         metrics: dict[str, float] = {}
-        metrics.update(getattr(self.async_rollout_manager, "last_metrics", {}))
-        metrics.update(getattr(self, "_adv_metrics", {}))
-        metrics.update(getattr(self, "_curriculum_metrics", {}))
+        record = self.async_rollout_manager.rollout_at(step)
+        metrics.update(record.metrics if record is not None else {})
+        metrics.update(self._step_metrics.take(step, {}))
         if self._first_step is None:
             self._first_step = step
         done = step - self._first_step + 1

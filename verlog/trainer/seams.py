@@ -7,14 +7,18 @@ when a seam moved: an upgrade of verl is then a local change here and in :mod:`v
 worker starts, like the CPU platform patches (verlog/platform/cpu.py).
 
 Swapped at run time, for the duration of ``fit()`` only:
-- ``verl.trainer.ppo.ray_trainer.compute_advantage`` (``fit`` calls the module global): dual-discount GAE or the
-  group estimators;
+- ``verl.trainer.ppo.ray_trainer.compute_advantage`` (``fit`` calls the module global): the advantage step of
+  ``algorithm.estimator``'s registry entry (verlog/estimators.py, verlog/trainer/advantage_step.py), then the tapes
+  and the curriculum on the rows it trains;
 - ``verl.utils.tracking.Tracking`` (``fit`` imports it when it starts): verlog's metrics merged into every record and
   written to metrics.jsonl.
 
 Overridden methods of ``RayPPOTrainer``: ``_create_dataloader`` (tick data set), ``init_workers`` (the rollout),
 ``_compute_values`` (bootstrap values), ``_compute_old_log_prob`` (entropies for tapes), ``_save_checkpoint`` /
 ``_load_checkpoint`` (env slots' state; the start hook: critic warm-up) and ``_validate`` (evaluation).
+
+Read from verl: the iteration's number that ``fit`` puts in the rollout's batch (``meta_info["global_steps"]``): the
+rollout manager keeps the iteration's rollout under it, and the trainer's hooks ask for the rollout of their iteration.
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ SEAMS: tuple[Seam, ...] = (
     Seam(_FIT, "self._validate(", "fit validates every test_freq iterations: verlog's evaluation"),
     Seam(_FIT, "self._save_checkpoint()", "fit saves checkpoints: verlog adds the env slots' state"),
     Seam(_FIT, "self._compute_old_log_prob(", "fit computes old log-probs: verlog keeps the entropies for tapes"),
+    Seam(
+        _FIT,
+        'gen_batch.meta_info["global_steps"] = self.global_steps',
+        "fit numbers the rollout's batch with the iteration: verlog's tapes, curriculum and metrics find that "
+        "iteration's rollout by it",
+    ),
     Seam(
         "verl.trainer.ppo.ray_trainer:RayPPOTrainer._create_dataloader",
         None,

@@ -1,12 +1,11 @@
 """algorithm.estimator = grpo | gigpo in the trainer, without Ray: config checks, verl keys (no critic), the advantage
-step over DataProto rows."""
+step over DataProto rows (verlog.trainer.advantage_step)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verlog.config.compose import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
@@ -56,26 +55,18 @@ def test_group_config_passes():
     check_config(load_config([*GROUP, "algorithm.estimator=gigpo", "env.kwargs.max_steps=4"]))
 
 
-def _trainer(estimator: str, ranks: int = 2, mini_batch_rows: int = 4):
-    from verlog.trainer.ppo import VerlogPPOTrainer
+def _settings(estimator: str):
+    from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
 
-    trainer = object.__new__(VerlogPPOTrainer)
-    trainer.config = OmegaConf.create(
-        {
-            "verlog": {
-                "env": {"id": "toy/delayed"},
-                "algorithm": {
-                    "estimator": estimator,
-                    "group_norm": "mean",
-                    "gigpo_step_gamma": 0.5,
-                    "gigpo_omega": 1.0,
-                },
-            },
-            "trainer": {"n_gpus_per_node": ranks, "nnodes": 1},
-            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": mini_batch_rows, "shuffle": False}},
-        }
-    )
-    return trainer
+    algorithm = AlgorithmConfig(estimator=estimator, group_norm="mean", gigpo_step_gamma=0.5, gigpo_omega=1.0)
+    return TrainConfig(env=EnvConfig(id="toy/delayed"), algorithm=algorithm)
+
+
+def _step(estimator: str, data, ranks: int = 2, mini_batch_rows: int = 4, shuffle: bool = False):
+    """The advantage step of ``estimator`` on ``data`` (2 ranks x 2 mini-batches of 2 rows per rank by default)."""
+    from verlog.trainer.advantage_step import BatchLayout, advantage_step
+
+    return advantage_step(data, _settings(estimator), BatchLayout(ranks, mini_batch_rows, shuffle))
 
 
 def _rows():
@@ -114,10 +105,9 @@ def _rows():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
-def test_compute_advantage_dispatches_to_the_group_estimator(estimator):
+def test_the_advantage_step_computes_the_group_estimator(estimator):
     rows, data = _rows()
-    trainer = _trainer(estimator)
-    out = trainer.compute_advantage(data)
+    out, metrics, raw = _step(estimator, data)
     got = {
         (e, int(t)): float(a[0])
         for e, t, a in zip(
@@ -142,7 +132,17 @@ def test_compute_advantage_dispatches_to_the_group_estimator(estimator):
     keys = list(zip(out.non_tensor_batch["episode_id"], out.non_tensor_batch["turn_index"]))
     first_rank = {(r[0], r[1]) for r in rows[:4]}
     assert {(e, int(t)) for e, t in keys[:4]} == first_rank
-    assert trainer._adv_metrics["adv/trained_rows"] == 4 and trainer._adv_metrics["adv/singleton_groups"] == 1
+    assert torch.equal(raw, out.batch["advantages"])  # nothing whitens them; reordered with the rows
+    assert metrics["adv/trained_rows"] == 4 and metrics["adv/singleton_groups"] == 1
+
+
+@pytest.mark.slow
+def test_rows_keep_their_order_when_verl_shuffles():
+    rows, data = _rows()
+    out, _, _ = _step("grpo", data, shuffle=True)
+    assert [(e, int(t)) for e, t in zip(out.non_tensor_batch["episode_id"], out.non_tensor_batch["turn_index"])] == [
+        (r[0], r[1]) for r in rows
+    ]
 
 
 @pytest.mark.slow
@@ -160,5 +160,5 @@ def test_group_estimator_refuses_rows_without_groups():
             "truncated": np.array([False, False]),
         },
     )
-    with pytest.raises(VerlogError, match=r"rollout\.group_size"):
-        _trainer("grpo").compute_advantage(data)
+    with pytest.raises(VerlogError, match=r"algorithm\.estimator=grpo needs group rollouts .*rollout\.group_size"):
+        _step("grpo", data)

@@ -1,6 +1,6 @@
-"""The trainer's tape seam without Ray: ``VerlogPPOTrainer.compute_advantage`` on a DataProto in verl's row order ends
-with ``_write_tapes``, which writes the sampled episodes' turns with the values, advantages, returns, KL and entropies
-of *their* rows (matched by episode id and turn, whatever order verl's balancing left)."""
+"""The tape hook without Ray: after the advantage step on a DataProto in verl's row order, ``record_tapes`` writes the
+sampled episodes' turns with the values, advantages, returns, KL and entropies of *their* rows (each row matched to
+its TurnRow of the iteration's rollout by episode id and turn, whatever order verl's balancing left)."""
 
 from __future__ import annotations
 
@@ -9,62 +9,60 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 pytestmark = pytest.mark.slow  # imports verl
 
 
-def test_compute_advantage_writes_the_tapes_of_its_rows(tmp_path):
-    from verl import DataProto
+class Chars:  # one token per character
+    eos_token_id = 0
 
-    from verlog.logs import read_turn_logs
-    from verlog.tapes import TapeSettings, TrainingTapes
-    from verlog.trainer.ppo import VerlogPPOTrainer
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids if i)
 
-    class Chars:  # one token per character
-        eos_token_id = 0
 
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(i) for i in ids if i)
+TEXT = "THINK: hm. ACTION: go"
 
-    text = "THINK: hm. ACTION: go"
-    ids = [ord(c) for c in text] + [0]
-    n, width = len(ids), len(ids) + 3
+
+def _rollout_rows():
+    ids = [ord(c) for c in TEXT] + [0]
+    n = len(ids)
     rows = [
         SimpleNamespace(
             slot=s, episode_id=f"e{s}", turn_index=t, prompt_ids=[1] * 5, response_ids=ids,
-            response_logprobs=[-0.5] * n, response_text=text, reward=0.0, terminated=False, truncated=False,
+            response_logprobs=[-0.5] * n, response_text=TEXT, reward=0.0, terminated=False, truncated=False,
             action="go", action_valid=True, env_error=None, seed=s, observation=f"obs {s} {t}", memory_turns=t,
             success=None, frame=None,
         )
         for t in range(2)
         for s in range(2)
     ]  # fmt: skip
-    trainer = object.__new__(VerlogPPOTrainer)
-    trainer.config = OmegaConf.create(
-        {
-            "verlog": {
-                "env": {"id": "toy/x"},
-                "algorithm": {
-                    "token_gamma": 1.0,
-                    "token_lam": 1.0,
-                    "step_gamma": 0.9,
-                    "step_lam": 0.8,
-                    "whiten_advantages": False,
-                },
-            }
-        }
+    return rows, n
+
+
+def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
+    from verl import DataProto
+
+    from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
+    from verlog.logs import read_turn_logs
+    from verlog.tapes import TapeSettings, TrainingTapes
+    from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes
+
+    rows, n = _rollout_rows()
+    width = n + 3
+    settings = TrainConfig(
+        env=EnvConfig(id="toy/x"),
+        algorithm=AlgorithmConfig(
+            token_gamma=1.0, token_lam=1.0, step_gamma=0.9, step_lam=0.8, whiten_advantages=False
+        ),
     )
-    trainer.async_rollout_manager = SimpleNamespace(last_batch=SimpleNamespace(rows=rows))
-    trainer._tapes = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=2), Chars(), env_id="toy/x")
-    trainer.global_steps = 4
+    tapes = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=2), Chars(), env_id="toy/x")
     order = [3, 1, 0, 2]  # verl's balancing reorders rows
     mask = torch.zeros(4, width)
     mask[:, :n] = 1
     values = torch.tensor([[0.1], [0.2], [0.3], [0.4]]).expand(4, width) * mask
     old = torch.full((4, width), -0.5) * mask
     ref = torch.full((4, width), -0.7) * mask
-    trainer._tape_entropys = (torch.arange(4, dtype=torch.float32).unsqueeze(1) + 1).expand(4, width)[order] * mask
+    entropys = (torch.arange(4, dtype=torch.float32).unsqueeze(1) + 1).expand(4, width)[order] * mask
     rewards = torch.zeros(4, width)
     data = DataProto.from_dict(
         tensors={
@@ -81,7 +79,9 @@ def test_compute_advantage_writes_the_tapes_of_its_rows(tmp_path):
             "truncated": np.zeros(4, dtype=bool),
         },
     )
-    out = trainer.compute_advantage(data)
+    out, _, raw = advantage_step(data, settings, BatchLayout(ranks=1, mini_batch_rows=4))
+    shuffled = [rows[i] for i in (2, 0, 3, 1)]  # the rollout's rows in any order: matched by key
+    assert record_tapes(tapes, out, shuffled, raw, entropys, step=4) == 4
     records = read_turn_logs(tmp_path / "tapes" / "train.jsonl")
     assert len(records) == 4 and {r.iteration for r in records} == {4}
     for rec in records:
@@ -89,12 +89,15 @@ def test_compute_advantage_writes_the_tapes_of_its_rows(tmp_path):
         j = order.index(i)
         assert rec.value == pytest.approx(float(values[i, 0]))
         assert rec.advantage == pytest.approx(float(out.batch["advantages"][j, 0]))
+        assert rec.advantage_raw == pytest.approx(float(raw[j, 0]))
         assert rec.gae_return == pytest.approx(float(out.batch["returns"][j, 0]))
         assert rec.kl_ref == pytest.approx(0.2 * n)
         split = rec.token_split
-        assert text[split.action_start :] == "ACTION: go"
+        assert TEXT[split.action_start :] == "ACTION: go"
         assert split.action.entropy_sum == pytest.approx((i + 1) * split.action.tokens)
         assert rec.observation == f"obs {rec.episode_id[1]} {rec.turn}"
-    trainer.global_steps = 0  # the critic warm-up's advantage: no tape
-    trainer.compute_advantage(data)
+    # the critic warm-up's advantage (step 0), another iteration's rollout, or no tapes: nothing is written
+    assert record_tapes(tapes, out, rows, raw, entropys, step=0) == 0
+    assert record_tapes(tapes, out, rows[:3], raw, entropys, step=5) == 0
+    assert record_tapes(None, out, rows, raw, entropys, step=5) == 0
     assert len(read_turn_logs(tmp_path / "tapes" / "train.jsonl")) == 4

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verlog.advantage import dual_discount_gae, masked_whiten
 from verlog.config.compose import load_config
@@ -38,24 +37,14 @@ def test_misspelt_key_is_an_error():
 
 
 @pytest.mark.slow
-def test_compute_advantage_links_rows_in_any_order():
+def test_the_advantage_step_links_rows_in_any_order():
     from verl import DataProto
 
-    from verlog.trainer.ppo import VerlogPPOTrainer
+    from verlog.config.schema import AlgorithmConfig, TrainConfig
+    from verlog.trainer.advantage_step import BatchLayout, advantage_step
 
-    trainer = object.__new__(VerlogPPOTrainer)
-    trainer.config = OmegaConf.create(
-        {
-            "verlog": {
-                "algorithm": {
-                    "token_gamma": 1.0,
-                    "token_lam": 1.0,
-                    "step_gamma": 0.9,
-                    "step_lam": 0.8,
-                    "whiten_advantages": True,
-                }
-            }
-        }
+    settings = TrainConfig(
+        algorithm=AlgorithmConfig(token_gamma=1.0, token_lam=1.0, step_gamma=0.9, step_lam=0.8, whiten_advantages=True)
     )
     # episode a: turns 0, 1 (continues, bootstrap); episode b: turn 0 terminated; episode c: turns 3, 4 truncated
     eids = ["a", "a", "b", "c", "c"]
@@ -95,12 +84,38 @@ def test_compute_advantage_links_rows_in_any_order():
             "truncated": np.array([truncated[i] for i in order]),
         },
     )
-    out = trainer.compute_advantage(data)
+    out, metrics, raw = advantage_step(data, settings, BatchLayout(ranks=1, mini_batch_rows=5))
+    assert out is data  # the batch itself, with advantages and returns
     assert out.batch["advantages"].shape == (5, 3) and out.batch["returns"].shape == (5, 3)
     assert torch.allclose(out.batch["returns"], expect_ret[order], atol=1e-6)
     assert torch.allclose(out.batch["advantages"], masked_whiten(expect_adv, mask)[order], atol=1e-5)
-    assert trainer._adv_metrics["adv/linked_rows"] == 2
-    assert trainer._adv_metrics["adv/bootstrap_rows"] == 2
+    assert torch.allclose(raw, expect_adv[order], atol=1e-6)  # before whitening: what the tapes record
+    assert metrics["adv/linked_rows"] == 2
+    assert metrics["adv/bootstrap_rows"] == 2
+    assert metrics["adv/next_value_mean"] == pytest.approx(float(next_values.mean()))
+
+
+@pytest.mark.slow
+def test_the_advantage_step_stops_on_a_non_finite_reward_naming_the_row():
+    from verl import DataProto
+
+    from verlog.config.schema import EnvConfig, TrainConfig
+    from verlog.errors import VerlogError
+    from verlog.trainer.advantage_step import BatchLayout, advantage_step
+
+    rewards = torch.zeros(2, 2)
+    rewards[1, 0] = float("nan")
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "values": torch.zeros(2, 2), "response_mask": torch.ones(2, 2)},
+        non_tensors={
+            "episode_id": np.array(["a", "b"], dtype=object),
+            "turn_index": np.array([0, 3]),
+            "terminated": np.array([True, True]),
+            "truncated": np.array([False, False]),
+        },
+    )
+    with pytest.raises(VerlogError, match=r"non-finite reward in 1 row\(s\) of env 'toy/x': episode b turn 3"):
+        advantage_step(data, TrainConfig(env=EnvConfig(id="toy/x")), BatchLayout(ranks=1, mini_batch_rows=2))
 
 
 def test_verlog_train_print_config(capsys):

@@ -1,0 +1,218 @@
+"""The advantage step of an iteration and the run-level hooks that act on the rows it trains, as pure functions.
+
+verl's ``fit`` calls ``compute_advantage(batch, ...)`` once per iteration; :class:`verlog.trainer.ppo.VerlogPPOTrainer`
+swaps in its own, which is these functions wired together:
+
+1. :func:`advantage_step`: the batch (verl's DataProto, its rows carrying ``episode_id`` / ``turn_index``) and the typed
+   settings -> the batch with ``advantages`` and ``returns``, and the step's ``adv/`` metrics. It asks the
+   estimator's registry entry (:mod:`verlog.estimators`) for the advantages, stops on a non-finite reward or advantage
+   (naming the env, episode and turn), and with group rollouts deals the untrained rows over the PPO mini-batches.
+2. :func:`record_tapes`: the sampled episodes' turns into ``tapes/train.jsonl``, each row matched to its
+   :class:`~verlog.rollout.batch.TurnRow` of the iteration's rollout (passed in) by (episode id, turn index).
+3. :func:`update_curriculum`: multi-task training's curriculum rewarded with the advantages the policy loss uses, and
+   the ``curriculum/`` and ``family/`` metrics.
+
+Nothing here keeps state between calls; the trainer hands each one what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from verl import DataProto
+
+from verlog.config.schema import TrainConfig
+from verlog.errors import VerlogError
+from verlog.estimators import Grouping, Rows, get_estimator
+from verlog.group_advantage import spread_untrained_rows
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How verl cuts the batch for the PPO update (read from verl's config: ``verl:`` overrides count).
+
+    Attributes:
+        ranks: data-parallel ranks (``trainer.n_gpus_per_node x trainer.nnodes``).
+        mini_batch_rows: rows of one global mini-batch (``actor_rollout_ref.actor.ppo_mini_batch_size``).
+        shuffle: verl shuffles the rows before cutting mini-batches (``actor_rollout_ref.actor.shuffle``).
+    """
+
+    ranks: int
+    mini_batch_rows: int
+    shuffle: bool = False
+
+
+class AdvantageStep(NamedTuple):
+    """What :func:`advantage_step` returns."""
+
+    batch: DataProto
+    """The batch with ``advantages`` and ``returns`` (reordered within ranks with group rollouts)."""
+    metrics: dict[str, float]
+    """The estimator's ``adv/`` metrics of the step."""
+    raw_advantages: torch.Tensor
+    """``[B, R]`` advantages before whitening or the turn level, in the batch's (final) row order."""
+
+
+def row_keys(data: DataProto) -> list[tuple[str, int]]:
+    """Each row's (episode id, turn index), in the batch's order."""
+    nt = data.non_tensor_batch
+    return [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
+
+
+def rows_of(data: DataProto) -> Rows:
+    """The estimators' view of a batch: its tensors and row columns (:class:`verlog.estimators.Rows`)."""
+    nt, tensors = data.non_tensor_batch, data.batch
+    present = tensors.keys()
+    return Rows(
+        token_rewards=tensors["token_level_rewards"],
+        response_mask=tensors["response_mask"],
+        episode_id=[str(e) for e in nt["episode_id"]],
+        turn_index=[int(t) for t in nt["turn_index"]],
+        terminated=nt["terminated"],
+        truncated=nt["truncated"],
+        values=tensors["values"] if "values" in present else None,
+        next_values=tensors["next_values"] if "next_values" in present else None,
+        group_id=nt.get("group_id"),
+        anchor=nt.get("anchor"),
+        trained=nt.get("trained"),
+    )
+
+
+def check_finite(x: torch.Tensor, keys: Sequence[tuple[str, int]], what: str, env_id: Any) -> None:
+    """Stop the iteration on a NaN or infinite entry of ``x`` (``[B, R]``), naming the env, the episode and the turn.
+
+    Raises:
+        VerlogError: one line with up to 5 of the rows.
+    """
+    bad = (~torch.isfinite(x.float())).any(dim=1)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).squeeze(1).tolist()
+        where = ", ".join(f"episode {keys[i][0]} turn {keys[i][1]}" for i in rows[:5])
+        raise VerlogError(
+            f"a non-finite {what} in {len(rows)} row(s) of env {env_id!r}: {where}; an env must "
+            "return finite float rewards (check its step() for NaN or inf)"
+        )
+
+
+def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) -> AdvantageStep:
+    """The advantages of one iteration's batch, by ``settings.algorithm.estimator``'s registry entry.
+
+    ``data`` needs ``token_level_rewards`` and ``response_mask`` (plus ``values`` and, for bootstrap rows,
+    ``next_values`` with a critic) and the row columns ``episode_id``, ``turn_index``, ``terminated``, ``truncated``
+    (plus ``group_id``, ``anchor``, ``trained`` with group rollouts). Rows may come in any order.
+
+    Returns:
+        :class:`AdvantageStep`: ``data`` itself with ``advantages`` and ``returns`` set; with group rollouts and verl
+        not shuffling, its rows reordered within each rank's chunk so that every mini-batch holds trained rows
+        (:func:`verlog.group_advantage.spread_untrained_rows`).
+
+    Raises:
+        VerlogError: a non-finite reward or advantage; group estimators on rows without group ids.
+    """
+    estimator = get_estimator(settings.algorithm.estimator)
+    nt = data.non_tensor_batch
+    keys = row_keys(data)
+    if estimator.grouping is Grouping.GROUPS and "group_id" not in nt:
+        raise VerlogError(
+            f"algorithm.estimator={estimator.name} needs group rollouts (rows with group ids): the rollout "
+            "was built without rollout.group_size"
+        )
+    env_id = settings.env.id
+    check_finite(data.batch["token_level_rewards"], keys, "reward", env_id)
+    estimate = estimator.compute(rows_of(data), settings.algorithm)
+    what = "advantage (the critic's values or the bootstrap values)" if estimator.needs_critic else "advantage"
+    check_finite(estimate.raw, keys, what, env_id)
+    data.batch["advantages"] = estimate.advantages
+    data.batch["returns"] = estimate.returns
+    raw = estimate.raw
+    if estimator.grouping is Grouping.GROUPS and not layout.shuffle:
+        order = spread_untrained_rows(nt["trained"].astype(bool).tolist(), layout.ranks, layout.mini_batch_rows)
+        if order is not None and order != list(range(len(data))):
+            data.reorder(torch.tensor(order, dtype=torch.long))
+            raw = raw[order]
+    return AdvantageStep(data, dict(estimate.metrics), raw)
+
+
+# ---------------------------------------------------------------------------------------------- run-level hooks
+TAPE_TENSORS = (
+    "values",
+    "advantages",
+    "returns",
+    "response_mask",
+    "old_log_probs",
+    "ref_log_prob",
+    "token_level_rewards",
+    "next_values",
+)
+"""The batch's tensors a training tape reads (absent ones are written as None)."""
+
+
+def record_tapes(
+    tapes: Any,
+    data: DataProto,
+    rollout_rows: Sequence[Any],
+    raw_advantages: torch.Tensor | None,
+    entropys: torch.Tensor | None,
+    step: int,
+) -> int:
+    """The iteration's sampled episodes into ``tapes/train.jsonl`` (:class:`verlog.tapes.TrainingTapes`).
+
+    Args:
+        tapes: the run's :class:`~verlog.tapes.TrainingTapes`, or None (no tapes).
+        data: the trained batch after :func:`advantage_step`.
+        rollout_rows: the :class:`~verlog.rollout.batch.TurnRow` objects of this iteration's rollout, any order;
+            each row of ``data`` is matched to its own by (episode id, turn index).
+        raw_advantages: ``[B, R]`` advantages before whitening, in ``data``'s order (or None).
+        entropys: ``[B, R]`` the actor's per-token entropies in ``data``'s order (verl computes them with the old
+            log-probs), or None; ignored when their shape is not the response mask's.
+        step: the iteration (metrics.jsonl's ``step``); the critic warm-up (step 0) writes no tape.
+
+    Returns:
+        Turns written: 0 when a row of ``data`` is not among ``rollout_rows`` (not this iteration's rollout).
+    """
+    from verlog.tapes import record_training_tapes
+
+    if tapes is None or step < 1:
+        return 0
+    by_key = {(r.episode_id, r.turn_index): r for r in rollout_rows}
+    keys = row_keys(data)
+    if any(k not in by_key for k in keys):
+        return 0
+    present = data.batch.keys()
+    if entropys is not None and entropys.shape != data.batch["response_mask"].shape:
+        entropys = None
+    tensors = {k: data.batch[k] if k in present else None for k in TAPE_TENSORS}
+    tensors["advantages_raw"] = raw_advantages
+    tensors["entropys"] = entropys
+    return record_training_tapes(tapes, [by_key[k] for k in keys], tensors, step)
+
+
+def update_curriculum(curriculum: Any, data: DataProto, episodes: Sequence[Any], step: int) -> dict[str, float]:
+    """Multi-task training: the curriculum's arm rewards from the advantages the policy loss uses (whatever the
+    estimator: the mean ``|A|`` of each task family's trained rows, docs/curriculum.md), then its metrics.
+
+    Args:
+        curriculum: the run's :class:`verlog.curriculum.TaskCurriculum`, or None (one task).
+        data: the trained batch after :func:`advantage_step` (rows with a ``task`` column in multi-task training).
+        episodes: the episodes that ended during this iteration's rollout (each with its ``task``).
+        step: the iteration; not during the critic warm-up (step 0: no iteration yet, and an untrained critic's
+            advantages say nothing about the tasks).
+
+    Returns:
+        The ``curriculum/`` and ``family/`` metrics (docs/metrics.md), or {} when there is nothing to update.
+    """
+    from verlog.curriculum import curriculum_metrics, family_abs_advantage
+
+    nt = data.non_tensor_batch
+    if curriculum is None or "task" not in nt or step < 1:
+        return {}
+    trained = nt["trained"].astype(bool) if "trained" in nt else None
+    tasks = [str(t) for t in nt["task"]]
+    curriculum.update(
+        family_abs_advantage(data.batch["advantages"], tasks, data.batch["response_mask"], trained=trained)
+    )
+    rows = [t for i, t in enumerate(tasks) if trained is None or trained[i]]
+    return curriculum_metrics(curriculum, episodes, rows)
