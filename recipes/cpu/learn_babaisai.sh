@@ -18,22 +18,27 @@
 # What this recipe sets (environment variables; defaults in brackets):
 #   TASK                the BabaIsAI task [two_room-goto_win: Verlog's table row 0.03 -> 0.89-1.0]
 #   MAX_STEPS           step limit, terminal (a timeout is a failure, as BALROG scores it) [20; smoke 6]
-#   PPO_SLOTS x PPO_TURNS  rows per iteration [24 x 5]: PPO_TURNS must be below MAX_STEPS (LONG_HORIZON=1), so
+#   PPO_SLOTS x PPO_TURNS  rows per iteration [32 x 5]: PPO_TURNS must be below MAX_STEPS (LONG_HORIZON=1), so
 #                       most episodes run across two or more iterations and their last row of an iteration is
 #                       bootstrapped with the critic's V(s_T)
 #   START_BOUND         the SFT model's success on the evaluation seeds must not exceed this [0.5]; above it the
 #                       recipe stops before PPO: rerun with a new OUTPUT_DIR and fewer SFT_STEPS
-#   SFT_STEPS           [40]; TOKENIZER_FROM_DATA [true]: the tiny tokenizer also learns the demos' words (prompts
+#   SFT_STEPS           [80]; TOKENIZER_FROM_DATA [true]: the tiny tokenizer also learns the demos' words (prompts
 #                       about 750 instead of 1,120 tokens)
-#   PPO_PROMPT_TOKENS   [896]; MAX_PROMPT_TOKENS [1024]; PPO_ITERATIONS [60]; EVAL_EVERY [20]
+#   ACTOR_LR, CRITIC_LR [5e-4, 5e-4]
+#   PPO_PROMPT_TOKENS   [1024]; MAX_PROMPT_TOKENS [1024]; PPO_ITERATIONS [50]; EVAL_EVERY [20]
 #   BOUNDARY_CUT, SINGLE_GAE  the two comparisons [1, 1]
 #
 # How these were chosen (docs/results_long_horizon.md has the measured runs):
 # - two_room-goto_win: the solver's plans are 1-7 moves (mean 3.2 on seeds 0-39); random moves win 17% within 12
 #   steps, 27% within 24: the start bound of 50% leaves room above and below.
-# - Step limit 20 and 5 turns per slot: a failing episode spans 4-5 iterations, a won one usually 1-2.
+# - Step limit 20 and 5 turns per slot: a failing episode spans 4-5 iterations, a won one usually 1-2; 32 slots for
+#   more finished episodes per iteration (160 rows).
 # - Prompts: instruction about 200 tokens, an observation 120-170, memory n = 1 (the previous observation and
-#   action too): 570-850 tokens.
+#   action too): 570-1,000 tokens; a budget of 896 cut the memory of 29% of the prompts (attempt 1), 1024 none.
+# - SFT 80 steps: 29.5% success with 94.5% valid actions; 40 steps gave 17% with 41% valid (no better than random
+#   moves, and PPO then learnt the format only). Actor lr: 3e-4 hardly moved the policy (ppo_kl about 5e-4), 1e-3
+#   collapsed it after 17 iterations; 5e-4 between them. docs/results_long_horizon.md has every attempt.
 set -euo pipefail
 # one { ... } block: bash reads the whole script before running it (see learn_babyai.sh)
 {
@@ -46,12 +51,14 @@ TIME_LIMIT="${TIME_LIMIT:-terminate}"
 FORMAT_PENALTY="${FORMAT_PENALTY:-0.2}"
 LONG_HORIZON=1
 START_BOUND="${START_BOUND-0.5}"
-SFT_STEPS="${SFT_STEPS:-40}"
+SFT_STEPS="${SFT_STEPS:-80}"
 TOKENIZER_FROM_DATA="${TOKENIZER_FROM_DATA:-true}"
-PPO_SLOTS="${PPO_SLOTS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 24)}"
+PPO_SLOTS="${PPO_SLOTS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 32)}"
 PPO_TURNS="${PPO_TURNS:-$([ "${SMOKE:-0}" = 1 ] && echo 3 || echo 5)}"
-PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-896}"
-PPO_ITERATIONS="${PPO_ITERATIONS:-60}"
+PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-1024}"
+PPO_ITERATIONS="${PPO_ITERATIONS:-50}"
+ACTOR_LR="${ACTOR_LR:-5e-4}"
+CRITIC_LR="${CRITIC_LR:-5e-4}"
 EVAL_EVERY="${EVAL_EVERY:-$([ "${SMOKE:-0}" = 1 ] && echo 0 || echo 20)}"
 BOUNDARY_CUT="${BOUNDARY_CUT:-1}"
 ENV_CONFIG=babaisai
