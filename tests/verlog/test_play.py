@@ -154,7 +154,10 @@ def test_ctrl_c_in_play_exits_without_a_traceback() -> None:
             assert char, proc.stderr.read()
             seen += char
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        # wait for the exit before closing stdin: an EOF that reaches the prompt before the signal is handled would
+        # end the game normally (exit 0), a race seen on a loaded machine
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
     finally:
         proc.kill()
     assert proc.returncode == 130 and "verlog play: interrupted" in err and "Traceback" not in err
