@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.errors",
             "verlog.logs",
             "verlog.memory",
+            "verlog.sampling",
             "verlog.advantage",
             "verlog.group_advantage",
             "verlog.curriculum",

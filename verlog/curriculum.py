@@ -46,7 +46,7 @@ __all__ = [
     "CURRICULUM_KINDS",
     "SEC_ALPHA",
     "SEC_TAU",
-    "CurriculumSettings",
+    "CurriculumConfig",
     "CurriculumSettingsError",
     "CurriculumStateError",
     "FinishedEpisode",
@@ -57,6 +57,7 @@ __all__ = [
     "curriculum_metrics",
     "family_abs_advantage",
     "family_probabilities",
+    "family_weights",
     "parse_task_families",
     "update_q",
 ]
@@ -72,20 +73,28 @@ class CurriculumStateError(VerlogError, ValueError):
 
 
 @dataclass
-class CurriculumSettings:
-    """How the task family of each new episode is drawn (config keys ``curriculum.*``).
+class CurriculumConfig:
+    """How multi-task training (``env.tasks``) draws the task family of each new episode: the training config's
+    ``curriculum`` section (docs/curriculum.md). The families' weights are not here: they are the ``weight`` of each
+    ``env.tasks`` entry (:class:`TaskFamily`), handed over beside this section.
 
     Attributes:
-        kind: ``uniform``, ``weighted`` or ``sec`` (:data:`CURRICULUM_KINDS`).
-        alpha: SEC's TD(0) step size in (0, 1]: ``Q <- alpha * r + (1 - alpha) * Q``. Paper default 0.5.
-        tau: SEC's Boltzmann temperature >= 0; 0 draws only the families of highest Q (ties share). Paper default 1.
-        weights: family -> weight >= 0 for ``weighted`` (every family named, some weight > 0); None otherwise.
+        kind: ``uniform``, ``weighted`` (the families' ``weight``) or ``sec`` (self-evolving curriculum: a bandit
+            over families rewarded by their mean absolute advantage); :data:`CURRICULUM_KINDS`.
+        alpha: SEC's TD(0) step size in (0, 1]: ``Q <- alpha * r + (1 - alpha) * Q`` (Chen et al. 2025: 0.5).
+        tau: SEC's Boltzmann temperature >= 0 (1.0); 0 draws only the families of highest Q (ties share).
     """
 
     kind: str = "uniform"
     alpha: float = SEC_ALPHA
     tau: float = SEC_TAU
-    weights: dict[str, float] | None = None
+
+
+def family_weights(families: Sequence[TaskFamily]) -> dict[str, float] | None:
+    """The weights of ``env.tasks``' families (family -> ``weight``, those that give one), None when none does:
+    what ``kind="weighted"`` draws with (under another kind :func:`check_curriculum_settings` refuses them)."""
+    weights = {f.name: f.weight for f in families if f.weight is not None}
+    return weights or None
 
 
 def _close(name: str, known: Sequence[str]) -> str:
@@ -97,8 +106,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
-def check_curriculum_settings(settings: CurriculumSettings, families: Sequence[str]) -> None:
-    """Raise :class:`CurriculumSettingsError` listing every problem of ``settings`` for these ``families``.
+def check_curriculum_settings(
+    settings: CurriculumConfig, families: Sequence[str], weights: Mapping[str, float] | None = None
+) -> None:
+    """Raise :class:`CurriculumSettingsError` listing every problem of ``settings`` and ``weights`` (family ->
+    weight, :func:`family_weights`) for these ``families``.
 
     Checked: the family names (at least one, no repeats), ``kind``, ``alpha`` in (0, 1], ``tau`` finite and >= 0,
     and ``weights`` (only with ``weighted``, there required: one finite weight >= 0 per family, some > 0).
@@ -126,7 +138,6 @@ def check_curriculum_settings(settings: CurriculumSettings, families: Sequence[s
             f"curriculum.tau is {tau!r}: the temperature must be a finite number >= 0 (0 = greedy; the paper uses "
             f"{SEC_TAU})"
         )
-    weights = settings.weights
     if kind == "weighted":
         if not isinstance(weights, Mapping) or not weights:
             problems.append(
@@ -262,16 +273,19 @@ def boltzmann(q: Sequence[float] | np.ndarray, tau: float) -> np.ndarray:
     return weights / weights.sum()
 
 
-def _uniform(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
+_Weights = Mapping[str, float] | None
+
+
+def _uniform(settings: CurriculumConfig, families: Sequence[str], q: Mapping[str, float], w: _Weights) -> np.ndarray:
     return np.full(len(families), 1.0 / len(families))
 
 
-def _weighted(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
-    weights = np.asarray([float((settings.weights or {})[f]) for f in families])
+def _weighted(settings: CurriculumConfig, families: Sequence[str], q: Mapping[str, float], w: _Weights) -> np.ndarray:
+    weights = np.asarray([float((w or {})[f]) for f in families])
     return weights / weights.sum()
 
 
-def _sec(settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]) -> np.ndarray:
+def _sec(settings: CurriculumConfig, families: Sequence[str], q: Mapping[str, float], w: _Weights) -> np.ndarray:
     return boltzmann([q[f] for f in families], float(settings.tau))
 
 
@@ -279,12 +293,16 @@ _PROBABILITIES = {"uniform": _uniform, "weighted": _weighted, "sec": _sec}  # on
 
 
 def family_probabilities(
-    settings: CurriculumSettings, families: Sequence[str], q: Mapping[str, float]
+    settings: CurriculumConfig,
+    families: Sequence[str],
+    q: Mapping[str, float],
+    weights: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """The probability of drawing each family under ``settings`` (``q`` is used only by ``sec``)."""
+    """The probability of drawing each family under ``settings`` (``q`` is used only by ``sec``, ``weights`` only by
+    ``weighted``)."""
     if settings.kind not in _PROBABILITIES:
         raise CurriculumSettingsError(f"curriculum.kind is {settings.kind!r}: use one of {CURRICULUM_KINDS}")
-    probs = _PROBABILITIES[settings.kind](settings, families, q)
+    probs = _PROBABILITIES[settings.kind](settings, families, q, weights)
     return {f: float(p) for f, p in zip(families, probs)}
 
 
@@ -351,18 +369,26 @@ class TaskCurriculum:
 
     Args:
         families: the task family names (the arms), e.g. ``["goto", "pickup", "open"]``.
-        settings: the curriculum's settings (checked here with :func:`check_curriculum_settings`).
+        settings: the ``curriculum`` section (checked here with :func:`check_curriculum_settings`).
         seed: seeds the Generator that draws families.
+        weights: family -> weight for ``kind="weighted"`` (:func:`family_weights` of ``env.tasks``); None otherwise.
 
     Use: ``draw()`` when a slot needs its next episode's task; after the iteration's advantages are known,
     ``update(family_abs_advantage(...))`` (Q is tracked under every kind, so a uniform run logs what SEC would
     see); ``state_dict()`` into the checkpoint; ``load_state_dict()`` on resume, after which draws continue exactly.
     """
 
-    def __init__(self, families: Sequence[str], settings: CurriculumSettings, seed: int = 0) -> None:
-        check_curriculum_settings(settings, families)
+    def __init__(
+        self,
+        families: Sequence[str],
+        settings: CurriculumConfig,
+        seed: int = 0,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
+        check_curriculum_settings(settings, families, weights)
         self.families: tuple[str, ...] = tuple(str(f) for f in families)
         self.settings = settings
+        self.weights: dict[str, float] | None = dict(weights) if weights else None
         self.q: dict[str, float] = dict.fromkeys(self.families, 0.0)
         """Each family's Q value (starts at 0, so SEC starts uniform)."""
         self.draws: dict[str, int] = dict.fromkeys(self.families, 0)
@@ -375,7 +401,7 @@ class TaskCurriculum:
 
     def probabilities(self) -> dict[str, float]:
         """The current probability of drawing each family."""
-        return family_probabilities(self.settings, self.families, self.q)
+        return family_probabilities(self.settings, self.families, self.q, self.weights)
 
     def draw(self) -> str:
         """The family of the next episode, drawn from :meth:`probabilities`."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.memory import PromptTemplate, SlidingMemory, check_answer_format
+from verlog.memory import MemoryConfig, SlidingMemory, check_answer_format
 from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
 
 MANIFEST = "demos.json"
@@ -227,7 +227,7 @@ def record_episode(
     kwargs = dict(env_kwargs or {})
     local = LocalEnv(envs.make(env_id, **kwargs), rebuild=lambda: envs.make(env_id, **kwargs))
     if memory is None:
-        memory = SlidingMemory(template=PromptTemplate.for_answer_format(answer_format))
+        memory = SlidingMemory.from_config(MemoryConfig(answer_format=answer_format))
     pool = local.pool()
     try:
         stepper = EpisodeStepper(
@@ -265,10 +265,8 @@ def generate_demos(
     """Every episode of ``config`` (successful or not), in seed order; ``progress(i, episode)`` after each."""
     out = []
     for i, seed in enumerate(config.seeds):
-        memory = SlidingMemory(
-            n=config.memory_n,
-            keep_reasoning_turns=config.keep_reasoning_turns,
-            template=PromptTemplate.for_answer_format(config.answer_format),
+        memory = SlidingMemory.from_config(
+            MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format)
         )
         episode = record_episode(
             config.env_id,

@@ -58,6 +58,23 @@ STATE_FORMAT = "verlog.memory/1"
 
 
 @dataclass
+class MemoryConfig:
+    """The sliding n+1-turn memory's settings: the training config's ``memory`` section, which training's rollout, the
+    in-training evaluation, ``verlog eval`` and the preflight all turn into memories with
+    :meth:`SlidingMemory.from_config` (so they lay prompts out alike).
+
+    Attributes:
+        n: past turns shown in the prompt (n actions and n + 1 observations).
+        keep_reasoning_turns: the newest this-many past turns show the full model output, older ones the action.
+        answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone).
+    """
+
+    n: int = 1
+    keep_reasoning_turns: int = 1
+    answer_format: str = "cot"
+
+
+@dataclass
 class PromptTemplate:
     """The wording of the prompt; the defaults are Verlog's.
 
@@ -148,6 +165,18 @@ class SlidingMemory:
         self._current: tuple[str, str] | None = None
         self._recorded: tuple[str, str] | None = None
         self._turn_index = -1
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig | None = None) -> SlidingMemory:
+        """A memory laid out by ``config`` (default: :class:`MemoryConfig`'s, Verlog's): its ``n``, its
+        ``keep_reasoning_turns`` and the prompt wording of its ``answer_format``. Every memory built from settings is
+        built here."""
+        config = config if config is not None else MemoryConfig()
+        return cls(
+            n=config.n,
+            keep_reasoning_turns=config.keep_reasoning_turns,
+            template=PromptTemplate.for_answer_format(config.answer_format),
+        )
 
     # ------------------------------------------------------------------ episode events
     def reset(self, instruction: str) -> None:

@@ -47,38 +47,22 @@ class TapeConfigError(VerlogError, ValueError):
 
 
 # ---------------------------------------------------------------------------------------------- settings
-@dataclass(frozen=True)
-class TapeSettings:
-    """The ``tapes`` section of the training config.
+@dataclass
+class TapesConfig:
+    """Episode tapes for ``verlog view``: the training config's ``tapes`` section (the trainer hands this module the
+    typed section; a saved config without one gets these defaults from :func:`verlog.config.checks.typed_config`).
 
     Attributes:
-        episodes_per_iteration: training episodes newly taped per iteration (0: no training tapes).
-        eval_episodes: episodes taped per in-training evaluation, the first ones of its seeds (0: none).
-        frames: also store each turn's env frame (a PNG); switches on the env's image rendering.
-        frame_size: the longest side of a stored frame in pixels (larger frames are shrunk by an integer factor).
+        episodes_per_iteration: training episodes newly taped per iteration; 0 = none.
+        eval_episodes: episodes taped per in-training evaluation, the first ones of its seeds; 0 = none.
+        frames: also store each taped turn's env frame (a PNG); switches on the env's image rendering.
+        frame_size: longest side of a stored frame in pixels (larger frames are shrunk by an integer factor).
     """
 
     episodes_per_iteration: int = 4
     eval_episodes: int = 4
     frames: bool = False
     frame_size: int = 128
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> TapeSettings:
-        """From verlog's training config (defaults where a saved config predates the section)."""
-        from omegaconf import OmegaConf
-
-        base = cls()
-        out = cls(
-            episodes_per_iteration=int(
-                OmegaConf.select(cfg, "tapes.episodes_per_iteration", default=base.episodes_per_iteration)
-            ),
-            eval_episodes=int(OmegaConf.select(cfg, "tapes.eval_episodes", default=base.eval_episodes)),
-            frames=bool(OmegaConf.select(cfg, "tapes.frames", default=base.frames)),
-            frame_size=int(OmegaConf.select(cfg, "tapes.frame_size", default=base.frame_size)),
-        )
-        out.check()
-        return out
 
     def check(self) -> None:
         if self.episodes_per_iteration < 0:
@@ -241,13 +225,14 @@ class TrainingTapes:
     def __init__(
         self,
         output_dir: str | Path,
-        settings: TapeSettings,
+        settings: TapesConfig,
         tokenizer: Any,
         *,
         env_id: str,
         parse_mode: str = "strict",
         seed: int = 0,
     ) -> None:
+        settings.check()
         self.path = Path(output_dir) / TRAIN_TAPES
         self.settings = settings
         self.tokenizer = tokenizer

@@ -21,7 +21,7 @@ from typing import Any
 
 from verlog.demos import format_answer, think_text
 from verlog.errors import VerlogError
-from verlog.memory import PromptTemplate, SlidingMemory
+from verlog.memory import MemoryConfig, SlidingMemory
 from verlog.rollout.stepper import EpisodeStepper, LocalEnv, RandomValidPolicy
 
 
@@ -73,8 +73,7 @@ def random_answer_rows(config: WarmStartConfig, tokenizer: Any) -> list[tuple[li
 
     kwargs = dict(config.env_kwargs)
     local = LocalEnv(envs.make(config.env_id, **kwargs), rebuild=lambda: envs.make(config.env_id, **kwargs))
-    template = PromptTemplate.for_answer_format(config.answer_format)
-    memory = SlidingMemory(n=config.memory_n, keep_reasoning_turns=config.keep_reasoning_turns, template=template)
+    memory = SlidingMemory.from_config(MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format))
     policy = RandomValidPolicy(
         lambda slot: local.env.actions,
         lambda action, slot: format_answer(think_text(config.env_id, local.env, action), action, config.answer_format),

@@ -18,7 +18,7 @@ from verlog.logs import LOG_FORMAT, SCHEMA_VERSION, TurnLog, TurnLogError, TurnL
 from verlog.tapes import (
     EvalTapeWriter,
     TapeConfigError,
-    TapeSettings,
+    TapesConfig,
     TrainingTapes,
     action_offset,
     action_token_start,
@@ -81,11 +81,14 @@ def test_frame_kwargs_and_settings():
     assert frame_env_kwargs("toy/delayed", {}) == {}
     from omegaconf import OmegaConf
 
-    assert TapeSettings.from_config(OmegaConf.create({})) == TapeSettings()
+    from verlog.config.checks import typed_config
+
+    # the trainer hands over the typed section; a saved config without one gets the defaults
+    assert typed_config(OmegaConf.create({}))[0].tapes == TapesConfig()
     cfg = OmegaConf.create({"tapes": {"episodes_per_iteration": 0, "eval_episodes": 2, "frames": True}})
-    assert TapeSettings.from_config(cfg) == TapeSettings(0, 2, True, 128)
+    assert typed_config(cfg)[0].tapes == TapesConfig(0, 2, True, 128)
     with pytest.raises(TapeConfigError, match="episodes_per_iteration"):
-        TapeSettings.from_config(OmegaConf.create({"tapes": {"episodes_per_iteration": -1}}))
+        TapesConfig(episodes_per_iteration=-1).check()
 
 
 def _row(eid: str, slot: int, turn: int, tok: WordTokenizer, *, ended: bool = False, reward: float = 0.0):
@@ -134,7 +137,7 @@ def _tensors(rows, width: int = 16) -> dict[str, torch.Tensor]:
 
 def test_training_tapes_sample_follow_and_record_values(tmp_path: Path):
     tok = WordTokenizer()
-    tapes = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=2, frames=True), tok, env_id="toy/x", seed=3)
+    tapes = TrainingTapes(tmp_path, TapesConfig(episodes_per_iteration=2, frames=True), tok, env_id="toy/x", seed=3)
     # iteration 1: episodes a, b, c start; two are picked
     rows1 = [_row(e, s, 0, tok) for s, e in enumerate("abc")] + [_row(e, s, 1, tok) for s, e in enumerate("abc")]
     order = [3, 0, 5, 1, 4, 2]  # the trainer's rows come in any order (verl's balancing)
@@ -170,9 +173,9 @@ def test_training_tapes_sample_follow_and_record_values(tmp_path: Path):
 def test_training_tapes_off_and_without_optional_tensors(tmp_path: Path):
     tok = WordTokenizer()
     rows = [_row("a", 0, 0, tok)]
-    off = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=0), tok, env_id="x")
+    off = TrainingTapes(tmp_path, TapesConfig(episodes_per_iteration=0), tok, env_id="x")
     assert off.record(rows, _tensors(rows), 1) == 0 and not (tmp_path / "tapes").exists()
-    tapes = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=1), tok, env_id="x")
+    tapes = TrainingTapes(tmp_path, TapesConfig(episodes_per_iteration=1), tok, env_id="x")
     t = _tensors(rows)
     for key in ("old_log_probs", "ref_log_prob", "entropys", "advantages_raw"):
         t[key] = None
@@ -214,6 +217,6 @@ def test_train_config_has_and_checks_the_tapes_section():
     from verlog.trainer.config import TrainConfigError, check_config
 
     cfg = load_config(["tapes.frames=true"])
-    assert TapeSettings.from_config(cfg) == TapeSettings(4, 4, True, 128)
+    assert check_config(cfg).tapes == TapesConfig(4, 4, True, 128)
     with pytest.raises(TrainConfigError, match=r"tapes\.eval_episodes must be >= 0"):
         check_config(load_config(["tapes.eval_episodes=-2"]))

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verlog.rollout.generator import Generation, GenerationRequest, SamplingConfig
-from verlog.tapes import TapeSettings
+from verlog.tapes import TapesConfig
 
 ENV_ID = "babyai/goto"
 ACTIONS = ("turn left", "turn right", "go forward")
@@ -104,7 +104,7 @@ def make_training_run(
     max_steps: int = 6,
     eval_every: int = 0,
     eval_episodes: int = 3,
-    tapes: TapeSettings | None = None,
+    tapes: TapesConfig | None = None,
 ) -> Path:
     """Write a run folder under ``root``: config.yaml, metrics.jsonl, tapes/train.jsonl, tapes/eval.jsonl,
     eval/episodes.jsonl; evaluations before the first iteration, every ``eval_every`` iterations and after the
@@ -119,7 +119,7 @@ def make_training_run(
     tok = WordTokenizer()
     gen = ScriptedGenerator(tok)
     sampling = SamplingConfig(temperature=1.0, max_tokens=48)
-    settings = tapes or TapeSettings(episodes_per_iteration=2, eval_episodes=2, frames=True, frame_size=64)
+    settings = tapes or TapesConfig(episodes_per_iteration=2, eval_episodes=2, frames=True, frame_size=64)
     pool = make_env_pool(
         ENV_ID, slots, env_kwargs=frame_env_kwargs(ENV_ID, env_kwargs), in_process=True, keep_images=True, seed=0
     )

@@ -55,7 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-prompt-tokens", type=int_at_least(1), default=1024, help="prompt budget (old turns dropped)"
     )
-    parser.add_argument("--memory-n", type=int_at_least(0), default=1, help="past turns in each prompt (Verlog: 1)")
+    parser.add_argument(
+        "--memory-n", type=int_at_least(0), default=1, help="past turns in each prompt (training's memory.n; Verlog: 1)"
+    )
+    parser.add_argument(
+        "--keep-reasoning-turns",
+        type=int_at_least(0),
+        default=1,
+        help="newest past turns shown with the full model output, older ones with the action alone (training's "
+        "memory.keep_reasoning_turns, default 1)",
+    )
     add_answer_format_argument(parser)
     parser.add_argument(
         "--max-steps", type=int_at_least(1), default=None, help="step limit per episode (default: the env's)"
@@ -79,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
     from verlog.eval.engine import EvalModelError
     from verlog.eval.protocol import EvalProtocolError
     from verlog.eval.report import EPISODES_FILE
-    from verlog.memory import check_answer_format
-    from verlog.rollout.generator import SamplingConfig
+    from verlog.memory import MemoryConfig, check_answer_format
+    from verlog.sampling import SamplingConfig
 
     import_user_modules(args.imports)
     env_kwargs = json_object("--env-kwargs", args.env_kwargs)
@@ -97,8 +106,12 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             env_kwargs=env_kwargs,
         )
-        sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-        check_answer_format(args.answer_format)
+        sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens).check()
+        memory = MemoryConfig(
+            n=args.memory_n,
+            keep_reasoning_turns=args.keep_reasoning_turns,
+            answer_format=check_answer_format(args.answer_format),
+        )
     except (EvalProtocolError, ValueError) as exc:
         print(f"verlog eval: error: {exc}", file=sys.stderr)
         return 2
@@ -151,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
             model,
             sampling,
             args.out,
-            memory_n=args.memory_n,
-            answer_format=args.answer_format,
+            memory=memory,
             max_prompt_tokens=args.max_prompt_tokens,
             concurrency=args.concurrency,
             log_turns=args.log_turns,

@@ -14,17 +14,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from verlog.config import schema
+from verlog.config.compose import MOVED_KEYS
 from verlog.config.problems import Problem
 from verlog.config.schema import LOGGERS, RESUME_MODES, TrainConfig
 from verlog.errors import VerlogError
-
-if TYPE_CHECKING:
-    from verlog.curriculum import CurriculumSettings
 
 
 class TrainConfigError(VerlogError, ValueError):
@@ -75,10 +73,22 @@ def typed_config(cfg: DictConfig | dict[str, Any]) -> tuple[TrainConfig, list[Pr
             text = " ".join(str(exc).split())
             return TrainConfig(), [Problem("config", f"{text}; fix or remove that ${{...}} reference")]
     node = OmegaConf.structured(TrainConfig)
+    data = _without_moved_keys(data, problems)
     _fill(node, data, "", problems, field_types())
     typed = OmegaConf.to_object(node)
     assert isinstance(typed, TrainConfig)  # OmegaConf.to_object of a structured TrainConfig gives one
     return typed, problems
+
+
+def _without_moved_keys(data: Any, problems: list[Problem]) -> Any:
+    """``data`` without the keys of :data:`MOVED_KEYS`, one problem naming the spelling to write for each given."""
+    out = dict(data)
+    for key, new in MOVED_KEYS.items():
+        section, _, name = key.partition(".")
+        if isinstance(out.get(section), dict) and name in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != name}
+            problems.append(Problem(key, f"{key} is set by {new} in the training config: write {new}=N"))
+    return out
 
 
 def _fill(node: DictConfig, data: Any, prefix: str, problems: list[Problem], types: dict[str, str]) -> None:
@@ -308,20 +318,15 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     return problems
 
 
-def curriculum_settings(cfg: TrainConfig) -> CurriculumSettings:
-    """``curriculum`` and the families' weights as :class:`verlog.curriculum.CurriculumSettings`."""
-    from verlog.curriculum import CurriculumSettings, parse_task_families
-
-    families = parse_task_families(cfg.env.tasks)
-    weights = {f.name: f.weight for f in families if f.weight is not None}
-    c = cfg.curriculum
-    return CurriculumSettings(kind=c.kind, alpha=c.alpha, tau=c.tau, weights=weights or None)
-
-
 def check_curriculum(cfg: TrainConfig) -> list[Problem]:
     """``env.tasks`` and ``curriculum`` (multi-task training, docs/curriculum.md): entries well formed, the curriculum's
     kind and parameters valid for those families, and no group rollouts mixing tasks within a group."""
-    from verlog.curriculum import CurriculumSettingsError, check_curriculum_settings, parse_task_families
+    from verlog.curriculum import (
+        CurriculumSettingsError,
+        check_curriculum_settings,
+        family_weights,
+        parse_task_families,
+    )
 
     if not cfg.env.tasks:
         if cfg.curriculum.kind != "uniform":
@@ -335,7 +340,7 @@ def check_curriculum(cfg: TrainConfig) -> list[Problem]:
         return []
     try:
         families = parse_task_families(cfg.env.tasks)
-        check_curriculum_settings(curriculum_settings(cfg), [f.name for f in families])
+        check_curriculum_settings(cfg.curriculum, [f.name for f in families], family_weights(families))
     except CurriculumSettingsError as exc:
         return [Problem("curriculum", str(exc))]
     return []
@@ -366,11 +371,11 @@ def check_evaluation(cfg: TrainConfig) -> list[Problem]:
 
 
 def check_tapes(cfg: TrainConfig) -> list[Problem]:
-    """The tapes section as verlog/tapes.py reads it (its own checks beyond the ranges above)."""
-    from verlog.tapes import TapeConfigError, TapeSettings
+    """The tapes section's own checks (:meth:`verlog.tapes.TapesConfig.check`, beyond the ranges above)."""
+    from verlog.tapes import TapeConfigError
 
     try:
-        TapeSettings.from_config(as_dictconfig(cfg))
+        cfg.tapes.check()
     except TapeConfigError as exc:
         return [Problem("tapes", str(exc))]
     return []

@@ -93,10 +93,16 @@ def closest_key(key: str, valid: Sequence[str]) -> str | None:
     return siblings[match[0]] if match else None
 
 
+MOVED_KEYS = {"sampling.max_tokens": "rollout.max_response_tokens"}
+"""Keys that the schema holds but training sets under another name (the old or shared spelling -> the one to write):
+``sampling`` is the generators' own settings class (verlog/sampling.py), whose ``max_tokens`` training fills in from
+``rollout.max_response_tokens``."""
+
+
 def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:
     """The error text for an override of ``key`` that ``cfg`` lacks: the closest key, the section's keys, the fix."""
     valid = [k for k in flat_keys(cfg) if not k.startswith(PASSTHROUGH_SECTION + ".")]
-    guess = closest_key(key, valid)
+    guess = MOVED_KEYS.get(key.lstrip("+")) or closest_key(key, valid)
     parent = key.rpartition(".")[0]
     section = OmegaConf.select(cfg, parent, default=None) if parent else cfg
     lines = [f"unknown config key {key!r} in override {override!r}."]

@@ -13,6 +13,7 @@ rollout checks each real prompt and raises ``PromptTooLongError`` if one does no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -168,11 +169,12 @@ def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
     """The smallest prompt of the env's first turn (instruction + first observation + format instruction, no
     history) fits ``rollout.max_prompt_tokens``; built with :class:`verlog.memory.SlidingMemory` as the rollout does."""
     from verlog.errors import PromptTooLongError
-    from verlog.memory import PromptTemplate, SlidingMemory
+    from verlog.memory import SlidingMemory
 
     obs, _ = env.reset(seed=cfg.seed)
-    # the first turn has no history, so memory.n does not matter here (and may be the subject of another problem)
-    memory = SlidingMemory(n=0, template=PromptTemplate.for_answer_format(cfg.memory.answer_format))
+    # the first turn has no history, so memory.n and keep_reasoning_turns do not matter here (and may be the subject
+    # of another problem)
+    memory = SlidingMemory.from_config(dataclasses.replace(cfg.memory, n=0, keep_reasoning_turns=0))
     memory.reset(str(getattr(env, "instruction", "")))
     memory.observe(getattr(obs, "long_term", str(obs)), getattr(obs, "short_term", ""))
     tokenizer, counted = budget_tokenizer(cfg)

@@ -10,8 +10,35 @@ Only the ``verl:`` section is free-form: it is merged into verl's own PPO config
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+# The sections that a plain module (which may not import the config) receives live with that module; they are this
+# schema's sections all the same (``verlog.config.schema.MemoryConfig`` etc.), one class each.
+from verlog.curriculum import CurriculumConfig
+from verlog.memory import MemoryConfig
+from verlog.sampling import SamplingConfig
+from verlog.tapes import TapesConfig
+
+__all__ = [
+    "LOGGERS",
+    "RESUME_MODES",
+    "AlgorithmConfig",
+    "CheckpointConfig",
+    "CurriculumConfig",
+    "EnvConfig",
+    "EvaluationConfig",
+    "HardwareConfig",
+    "MemoryConfig",
+    "ModelConfig",
+    "RayConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+    "TapesConfig",
+    "TrainConfig",
+    "rows_per_iteration",
+]
 
 LOGGERS: tuple[str, ...] = (
     "console",
@@ -54,36 +81,6 @@ class RolloutConfig:
 
 
 @dataclass
-class MemoryConfig:
-    """The sliding n+1-turn memory (verlog/memory.py).
-
-    Attributes:
-        n: past turns shown in the prompt (n actions and n + 1 observations).
-        keep_reasoning_turns: the newest this-many past turns show the full model output, older ones the action.
-        answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone).
-    """
-
-    n: int = 1
-    keep_reasoning_turns: int = 1
-    answer_format: str = "cot"
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling of the rollout (vLLM).
-
-    Attributes:
-        temperature: 0 is greedy.
-        top_p: nucleus sampling, in (0, 1].
-        top_k: -1 (or 0) switches it off.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-
-
-@dataclass
 class CheckpointConfig:
     """Checkpoints.
 
@@ -114,23 +111,6 @@ class EvaluationConfig:
     episodes: int = 32
     seed_start: int = 2**31
     temperature: float = 1.0
-
-
-@dataclass
-class TapesConfig:
-    """Episode tapes for ``verlog view`` (verlog/tapes.py).
-
-    Attributes:
-        episodes_per_iteration: training episodes newly taped per iteration; 0 = none.
-        eval_episodes: episodes taped per in-training evaluation; 0 = none.
-        frames: also store each taped turn's env frame.
-        frame_size: longest side of a stored frame in pixels.
-    """
-
-    episodes_per_iteration: int = 4
-    eval_episodes: int = 4
-    frames: bool = False
-    frame_size: int = 128
 
 
 @dataclass
@@ -215,22 +195,6 @@ class EnvConfig:
     in_process: bool = True
     num_workers: int | None = None
     tasks: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class CurriculumConfig:
-    """How multi-task training (``env.tasks``) draws the task family of each new episode (docs/curriculum.md).
-
-    Attributes:
-        kind: ``uniform``, ``weighted`` (the families' ``weight``) or ``sec`` (self-evolving curriculum: a bandit
-            over families rewarded by their mean absolute advantage).
-        alpha: SEC's TD(0) step size in (0, 1] (Chen et al. 2025: 0.5).
-        tau: SEC's Boltzmann temperature >= 0 (1.0; 0 is greedy).
-    """
-
-    kind: str = "uniform"
-    alpha: float = 0.5
-    tau: float = 1.0
 
 
 @dataclass
@@ -335,6 +299,17 @@ class TrainConfig:
     def rows_per_iteration(self) -> int:
         """Training rows (agent turns) of an iteration: ``num_slots x turns_per_slot`` (verl's train_batch_size)."""
         return self.rollout.num_slots * self.rollout.turns_per_slot
+
+    @property
+    def rollout_sampling(self) -> SamplingConfig:
+        """The sampling of training's rollout: ``sampling`` with ``max_tokens`` = ``rollout.max_response_tokens``."""
+        return dataclasses.replace(self.sampling, max_tokens=self.rollout.max_response_tokens)
+
+    @property
+    def eval_sampling(self) -> SamplingConfig:
+        """The sampling of the in-training evaluation: ``evaluation.temperature`` with training's top_p, top_k and
+        response length (what the vLLM servers allow)."""
+        return dataclasses.replace(self.rollout_sampling, temperature=self.evaluation.temperature)
 
     @property
     def ranks(self) -> int:

@@ -28,7 +28,8 @@ from verlog.eval.report import (
 )
 from verlog.eval.runner import EpisodeRecord, run_episodes
 from verlog.logs import TurnLogWriter, iter_turn_logs
-from verlog.rollout.generator import SamplingConfig
+from verlog.memory import MemoryConfig
+from verlog.sampling import SamplingConfig
 
 
 def evaluate(
@@ -37,8 +38,7 @@ def evaluate(
     sampling: SamplingConfig,
     out_dir: str | Path,
     *,
-    memory_n: int = 1,
-    answer_format: str = "cot",
+    memory: MemoryConfig | None = None,
     max_prompt_tokens: int | None = 1024,
     concurrency: int | None = None,
     log_turns: bool = False,
@@ -56,8 +56,11 @@ def evaluate(
 
     With ``resume``, episodes already in ``out_dir/episodes.jsonl`` (same env id, index and seed) are not played
     again (BALROG's resume); without it an existing ``episodes.jsonl`` is an error rather than silently mixed.
-    ``generation_retries``, ``in_process`` and ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`.
+    ``memory`` is the memory section (:class:`verlog.memory.MemoryConfig`; None: its defaults, training's), so a
+    model is evaluated on the prompts it was trained on; ``memory``, ``generation_retries``, ``in_process`` and
+    ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`.
     """
+    memory = memory if memory is not None else MemoryConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / EPISODES_FILE
@@ -90,8 +93,7 @@ def evaluate(
             model.generator,
             model.tokenizer,
             sampling,
-            memory_n=memory_n,
-            answer_format=answer_format,
+            memory=memory,
             max_prompt_tokens=max_prompt_tokens,
             concurrency=concurrency,
             env_kwargs=protocol.env_kwargs,
@@ -118,8 +120,9 @@ def evaluate(
                 "top_k": sampling.top_k,
                 "max_tokens": sampling.max_tokens,
             },
-            "memory_n": memory_n,
-            "answer_format": answer_format,
+            "memory_n": memory.n,
+            "keep_reasoning_turns": memory.keep_reasoning_turns,
+            "answer_format": memory.answer_format,
             "max_prompt_tokens": max_prompt_tokens,
             "protocol": protocol.as_dict(),
             "started_at": started.isoformat(timespec="seconds"),

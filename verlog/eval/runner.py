@@ -24,9 +24,10 @@ from typing import Any
 
 from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
 from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
-from verlog.memory import PromptTemplate, SlidingMemory
-from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.memory import MemoryConfig, SlidingMemory
+from verlog.rollout.generator import Generator
 from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, Policy, Stepped
+from verlog.sampling import SamplingConfig
 from verlog.tapes import action_token_start, encode_frame, token_split
 
 # Keys of an env's final info worth keeping in the episode record (BALROG's env stats: BabyAI mission, Crafter
@@ -100,15 +101,13 @@ def run_episodes(
     tokenizer: Any,
     sampling: SamplingConfig,
     *,
-    memory_n: int = 1,
+    memory: MemoryConfig | None = None,
     max_prompt_tokens: int | None = 1024,
     concurrency: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     max_steps: int | None = None,
     turn_log: TurnLogWriter | None = None,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
-    answer_format: str = "cot",
-    keep_reasoning_turns: int = 1,
     generation_retries: int = 1,
     in_process: bool = True,
     num_workers: int | None = None,
@@ -121,15 +120,14 @@ def run_episodes(
         generator: completes token prompts (vLLM engine, transformers...).
         tokenizer: the model's tokenizer (chat template, decode).
         sampling: sampling settings (temperature, max_tokens...).
-        memory_n: past turns in each prompt (Verlog: 1).
+        memory: the memory settings, training's ``memory`` section (past turns ``n``, ``keep_reasoning_turns``, the
+            prompt's ``answer_format``); None: :class:`verlog.memory.MemoryConfig`'s defaults, training's.
         max_prompt_tokens: prompt budget; the memory drops old turns to fit (None: no limit).
         concurrency: most episodes open at once (None: all of them).
         env_kwargs: keyword arguments for every env (``envs.make``'s).
         max_steps: step limit override (None: the env's own).
         turn_log: where to write one :class:`verlog.logs.TurnLog` per turn, or None.
         on_episode: called with each finished episode's record (progress output, saving as you go).
-        answer_format: the prompt's format instruction, ``cot`` or ``action`` (training's ``memory.answer_format``).
-        keep_reasoning_turns: training's ``memory.keep_reasoning_turns``.
         generation_retries: retries of a failed generation before it becomes an invalid answer (training's
             ``rollout.generation_retries``).
         in_process: step the envs in this process (env exceptions still end only their episode) or, False, in
@@ -140,11 +138,7 @@ def run_episodes(
         specs,
         policy,
         tokenizer,
-        memory_factory=lambda: SlidingMemory(
-            n=memory_n,
-            keep_reasoning_turns=keep_reasoning_turns,
-            template=PromptTemplate.for_answer_format(answer_format),
-        ),
+        memory_factory=lambda: SlidingMemory.from_config(memory),
         max_prompt_tokens=max_prompt_tokens,
         concurrency=concurrency,
         env_kwargs=env_kwargs,

@@ -6,13 +6,13 @@ from verlog.rollout.generator import (
     Generation,
     GenerationRequest,
     Generator,
-    SamplingConfig,
     TransformersGenerator,
     VerlServerGenerator,
     VllmEngineGenerator,
 )
 from verlog.rollout.manager import RolloutManager, RolloutStateError, make_env_pool
 from verlog.rollout.stepper import Answer, EpisodeStepper, GeneratorPolicy, Policy, PolicyInput, Stepped
+from verlog.sampling import SamplingConfig
 
 __all__ = [
     "Answer",

@@ -17,30 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from verlog.sampling import SamplingConfig
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Sampling settings of one rollout (training or validation).
-
-    Attributes:
-        temperature: softmax temperature (Verlog: 1.0 for training).
-        top_p: nucleus sampling mass (1.0 = off).
-        top_k: keep the k most likely tokens (-1 = off).
-        max_tokens: most tokens per response.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_tokens: int = 64
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "GenerationResult",
+    "Generator",
+    "SamplingConfig",
+    "TransformersGenerator",
+    "VerlServerGenerator",
+    "VllmEngineGenerator",
+    "run_coroutine",
+]
 
 
 @dataclass(frozen=True)

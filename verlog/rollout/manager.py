@@ -35,8 +35,9 @@ from verlog.curriculum import TaskCurriculum
 from verlog.errors import VerlogError
 from verlog.memory import SlidingMemory
 from verlog.rollout.batch import TurnBatch, TurnRow
-from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.rollout.generator import Generator
 from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, SlotEpisode, Stepped
+from verlog.sampling import SamplingConfig
 
 STATE_FORMAT = "verlog.rollout/1"
 GROUP_SEED_END = 2**31 - 1

@@ -37,7 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 from verlog.errors import PromptTooLongError, VerlogError
 from verlog.memory import BuiltPrompt, SlidingMemory
 from verlog.rollout.batch import EpisodeStats, TurnRow
-from verlog.rollout.generator import Generation, GenerationRequest, Generator, SamplingConfig
+from verlog.rollout.generator import Generation, GenerationRequest, Generator
+from verlog.sampling import SamplingConfig
 
 FIRST_PROMPT_TRIES = 3
 """Episodes in a row a training slot may skip because their first observation does not fit the prompt budget."""
@@ -110,7 +111,7 @@ class GeneratorPolicy:
             raise ValueError(f"generation retries must be >= 0, got {retries}")
         self.generator = generator
         self.tokenizer = tokenizer
-        self.sampling = sampling
+        self.sampling = sampling.check()
         self.retries = retries
         self.retries_used = 0
 

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,7 +29,13 @@ from verlog.eval.protocol import EvalProtocol
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # its old home: tests import it here
 from verlog.eval.training import eval_protocol
-from verlog.rollout.generator import Generator, SamplingConfig
+from verlog.memory import MemoryConfig
+from verlog.rollout.generator import Generator
+from verlog.sampling import SamplingConfig
+from verlog.tapes import TapesConfig
+
+if TYPE_CHECKING:
+    from verlog.config.schema import TrainConfig
 
 EVAL_PREFIX = "eval/"
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
@@ -42,17 +48,6 @@ _MEASURES = {
     "return": lambda r: float(r.episode_return),
     "valid_action_rate": lambda r: float(r.valid_action_rate),
 }
-
-
-def memory_kwargs(cfg: DictConfig) -> dict[str, Any]:
-    """``run_episodes``' memory and prompt keywords from training's ``memory`` section (the one place they are read,
-    so that evaluation prompts are laid out as training's)."""
-    memory = cfg.memory
-    return {
-        "memory_n": int(memory.n),
-        "keep_reasoning_turns": int(memory.get("keep_reasoning_turns", 1)),
-        "answer_format": str(memory.get("answer_format", "cot")),
-    }
 
 
 def pool_kwargs(cfg: DictConfig) -> dict[str, Any]:
@@ -92,16 +87,6 @@ def family_metrics(name: str, records: Sequence[EpisodeRecord]) -> dict[str, flo
     out = {p + m: sum(_MEASURES[m](r) for r in records) / n for m in ("success", "return", "valid_action_rate")}
     out[p + "episodes"] = float(len(records))
     return out
-
-
-def eval_sampling(cfg: DictConfig) -> SamplingConfig:
-    """``evaluation.temperature`` with training's top_p, top_k and response length (what the vLLM servers allow)."""
-    return SamplingConfig(
-        temperature=float(cfg.evaluation.temperature),
-        top_p=float(cfg.sampling.top_p),
-        top_k=int(cfg.sampling.top_k),
-        max_tokens=int(cfg.rollout.max_response_tokens),
-    )
 
 
 def steps_per_slot(cfg: DictConfig) -> int:
@@ -146,30 +131,36 @@ class TrainingEvaluator:
 
     protocol: EvalProtocol
     sampling: SamplingConfig
-    memory: dict[str, Any]
+    memory: MemoryConfig  # training's memory section: the prompts are laid out as the rollout's
     max_prompt_tokens: int
     output_dir: str
-    tapes: Any = None  # verlog.tapes.TapeSettings: the first tapes.eval_episodes episodes go to tapes/eval.jsonl
+    tapes: TapesConfig | None = None  # the first tapes.eval_episodes episodes go to tapes/eval.jsonl
     pool: dict[str, Any] | None = None  # run_episodes' env pool and retry keywords (training's env and rollout)
     families: tuple[tuple[str, EvalProtocol], ...] = ()  # multi-task: (family, its protocol), evaluated in turn
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> TrainingEvaluator:
+    def from_config(cls, cfg: DictConfig, typed: TrainConfig | None = None) -> TrainingEvaluator:
+        """From verlog's config (``typed``: the same config typed, as the trainer holds it; typed here if None): its
+        typed ``memory``, ``tapes`` and sampling sections go to the runner as they are."""
         import dataclasses
 
         from envs.registry import register_entry_point
-        from verlog.tapes import TapeSettings, frame_env_kwargs
+        from verlog.config.checks import typed_config
+        from verlog.tapes import frame_env_kwargs
 
+        if typed is None:
+            typed, _ = typed_config(cfg)
         register_entry_point(str(cfg.env.id))  # an entry-point env.id: envs.make (the runner's) builds it too
-        tapes = TapeSettings.from_config(cfg)
+        tapes = typed.tapes
+        tapes.check()
         protocol = eval_protocol(cfg)
         if tapes.frames and tapes.eval_episodes:
             protocol = dataclasses.replace(protocol, env_kwargs=frame_env_kwargs(str(cfg.env.id), protocol.env_kwargs))
         return cls(
             protocol=protocol,
-            sampling=eval_sampling(cfg),
-            memory=memory_kwargs(cfg),
-            max_prompt_tokens=int(cfg.rollout.max_prompt_tokens),
+            sampling=typed.eval_sampling,
+            memory=typed.memory,
+            max_prompt_tokens=typed.rollout.max_prompt_tokens,
             output_dir=str(cfg.output_dir),
             tapes=tapes,
             pool=pool_kwargs(cfg),
@@ -206,7 +197,7 @@ class TrainingEvaluator:
                     env_kwargs=protocol.env_kwargs,
                     max_steps=protocol.max_steps,
                     turn_log=tape if i == 0 else None,
-                    **self.memory,
+                    memory=self.memory,
                     **(self.pool or {}),
                 )
         except Exception as exc:  # an evaluation must not end a training run

@@ -50,7 +50,7 @@ from verl.utils.model import compute_position_id_with_mask
 from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
-from verlog.rollout.generator import SamplingConfig, VerlServerGenerator
+from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.manager import RolloutManager, make_env_pool
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.seams import check_seams
@@ -149,12 +149,12 @@ class VerlogPPOTrainer(RayPPOTrainer):
         self._tapes = self._build_tapes()
 
     def _build_rollout(self) -> RolloutManager:
-        from verlog.memory import PromptTemplate, SlidingMemory
-        from verlog.tapes import TapeSettings, frame_env_kwargs
+        from verlog.memory import SlidingMemory
+        from verlog.tapes import frame_env_kwargs
 
         v = self.settings
         env = v.env
-        frames = TapeSettings.from_config(self.verlog).frames
+        frames = v.tapes.frames
         env_kwargs = dict(env.kwargs)
         env_id, curriculum = str(env.id), None
         if env.tasks:  # multi-task: every slot a MultiTaskEnv; the curriculum draws each episode's family
@@ -170,24 +170,14 @@ class VerlogPPOTrainer(RayPPOTrainer):
             seed=v.seed,
             keep_images=frames,
         )
-        sampling = SamplingConfig(
-            temperature=v.sampling.temperature,
-            top_p=v.sampling.top_p,
-            top_k=v.sampling.top_k,
-            max_tokens=v.rollout.max_response_tokens,
-        )
         memory = v.memory
         return RolloutManager(
             pool,
             self.tokenizer,
             VerlServerGenerator(self.async_rollout_manager.llm_client),
-            sampling,
+            v.rollout_sampling,
             max_prompt_tokens=v.rollout.max_prompt_tokens,
-            memory_factory=lambda: SlidingMemory(
-                n=memory.n,
-                keep_reasoning_turns=memory.keep_reasoning_turns,
-                template=PromptTemplate.for_answer_format(memory.answer_format),
-            ),
+            memory_factory=lambda: SlidingMemory.from_config(memory),
             seed=v.seed,
             run_id=v.run_name,
             generation_retries=v.rollout.generation_retries,
@@ -199,8 +189,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         """``env.tasks`` -> the pool's env id and kwargs (``envs.multitask.MultiTaskEnv``: each family's env with
         ``env.kwargs`` and its own kwargs) and the run's :class:`verlog.curriculum.TaskCurriculum`."""
         from envs.multitask import MULTITASK_ENV_ID
-        from verlog.config.checks import curriculum_settings
-        from verlog.curriculum import TaskCurriculum, parse_task_families
+        from verlog.curriculum import TaskCurriculum, family_weights, parse_task_families
         from verlog.tapes import frame_env_kwargs
 
         typed = self.settings
@@ -212,7 +201,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
             }
             for f in families
         }
-        curriculum = TaskCurriculum([f.name for f in families], curriculum_settings(typed), seed=typed.seed)
+        curriculum = TaskCurriculum(
+            [f.name for f in families], typed.curriculum, seed=typed.seed, weights=family_weights(families)
+        )
         return MULTITASK_ENV_ID, {"tasks": tasks, "env_kwargs": env_kwargs}, curriculum
 
     def _estimator(self) -> Estimator:
@@ -220,12 +211,12 @@ class VerlogPPOTrainer(RayPPOTrainer):
         return get_estimator(self.settings.algorithm.estimator)
 
     def _build_tapes(self) -> Any:
-        from verlog.tapes import TapeSettings, TrainingTapes
+        from verlog.tapes import TrainingTapes
 
         v = self.settings
         return TrainingTapes(
             v.output_dir,
-            TapeSettings.from_config(self.verlog),
+            v.tapes,
             self.tokenizer,
             env_id=str(v.env.id),
             parse_mode=str(v.env.kwargs.get("parse_mode", "strict")),
@@ -383,7 +374,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         from verlog.trainer.evaluation import TrainingEvaluator
 
         if getattr(self, "_evaluator", None) is None:
-            self._evaluator = TrainingEvaluator.from_config(self.verlog)
+            self._evaluator = TrainingEvaluator.from_config(self.verlog, self.settings)
         generator = VerlServerGenerator(self.async_rollout_manager.llm_client)
         return self._evaluator.run(generator, self.tokenizer, int(self.global_steps))
 

@@ -305,3 +305,22 @@ def test_multi_task_settings_are_checked_before_launch(overrides, text, capsys) 
 def test_multi_task_settings_pass(capsys) -> None:
     assert main(["--dry-run", "env=toy_lengths", "curriculum.kind=sec"]) == 0
     assert main(["--dry-run", "env=babyai_tasks", "curriculum.kind=weighted"]) == 0
+
+
+def test_one_class_per_section_and_the_moved_sampling_key() -> None:
+    """The sections a plain module receives are that module's classes (one each); training's response length is
+    ``rollout.max_response_tokens``, and ``sampling.max_tokens`` says so."""
+    from verlog import curriculum, memory, sampling, tapes
+    from verlog.config import schema
+
+    assert schema.SamplingConfig is sampling.SamplingConfig and schema.MemoryConfig is memory.MemoryConfig
+    assert schema.TapesConfig is tapes.TapesConfig and schema.CurriculumConfig is curriculum.CurriculumConfig
+    typed, problems = typed_config(load_config(["rollout.max_response_tokens=48", "evaluation.temperature=0.5"]))
+    assert not problems and typed.rollout_sampling.max_tokens == 48 and typed.eval_sampling.temperature == 0.5
+    _, problems = typed_config(load_config(["+sampling.max_tokens=48"]))
+    assert [str(p) for p in problems] == [
+        "sampling.max_tokens is set by rollout.max_response_tokens in the training config: write "
+        "rollout.max_response_tokens=N"
+    ]
+    with pytest.raises(Exception, match=r"Write rollout\.max_response_tokens=48"):
+        load_config(["sampling.max_tokens=48"])

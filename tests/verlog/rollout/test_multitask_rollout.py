@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from verlog.curriculum import CurriculumSettings, TaskCurriculum, curriculum_metrics, family_abs_advantage
+from verlog.curriculum import CurriculumConfig, TaskCurriculum, curriculum_metrics, family_abs_advantage
 from verlog.rollout import RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.manager import RolloutStateError
 
@@ -26,7 +26,7 @@ def _manager(tokenizer, generator, curriculum, *, slots=4, **kw):
 
 
 def _sec(seed=0):
-    return TaskCurriculum(list(TASKS), CurriculumSettings(kind="sec", alpha=0.5, tau=0.1), seed=seed)
+    return TaskCurriculum(list(TASKS), CurriculumConfig(kind="sec", alpha=0.5, tau=0.1), seed=seed)
 
 
 @pytest.mark.slow

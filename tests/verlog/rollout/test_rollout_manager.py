@@ -95,7 +95,7 @@ def test_generator_protocol_results():
     gen = Generation(token_ids=[1, 2], log_probs=[-0.1, -0.2])
     assert gen.token_ids == [1, 2]
     with pytest.raises(ValueError):
-        SamplingConfig(max_tokens=0)
+        SamplingConfig(max_tokens=0).check()
     assert GenerationRequest("a", [1]).prompt_ids == [1]
 
 

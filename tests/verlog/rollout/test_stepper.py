@@ -15,7 +15,7 @@ from envs.core import TextEnv, TextObservation
 from envs.pool import EnvPool
 from verlog.eval import EvalProtocol, run_episodes
 from verlog.logs import TurnLog
-from verlog.memory import PromptTemplate, SlidingMemory
+from verlog.memory import MemoryConfig, PromptTemplate, SlidingMemory
 from verlog.rollout import Generation, GenerationRequest, RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.stepper import (
     Answer,
@@ -100,7 +100,14 @@ def test_training_rollout_and_evaluation_play_identical_turns_on_the_same_seeds(
     eval_gen, log = ScriptedGenerator(tokenizer), TurnCollector()
     specs = EvalProtocol((env_id,), episodes_per_task=slots, seed_start=seed).episodes()
     records = run_episodes(
-        specs, eval_gen, tokenizer, SAMPLING, memory_n=2, max_prompt_tokens=budget, max_steps=max_steps, turn_log=log
+        specs,
+        eval_gen,
+        tokenizer,
+        SAMPLING,
+        memory=MemoryConfig(n=2),
+        max_prompt_tokens=budget,
+        max_steps=max_steps,
+        turn_log=log,
     )
     firsts = [e for e in batch.episodes if e.episode_id.endswith("-e1")]
     assert [e.seed for e in firsts] == [s.seed for s in specs] == [70, 71, 72]

@@ -13,13 +13,13 @@ from verlog.config.compose import load_config
 from verlog.config.preflight import preflight
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.stats import balrog_mean_se
+from verlog.memory import MemoryConfig
 from verlog.rollout.generator import Generation
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 from verlog.trainer.evaluation import (
     RESERVED_SEED_START,
     TrainingEvaluator,
     eval_metrics,
-    memory_kwargs,
     steps_per_slot,
 )
 
@@ -83,8 +83,10 @@ def test_seeds_a_training_slot_can_draw_are_rejected():
 
 
 def test_memory_settings_come_from_training_config():
-    cfg = load_config(["memory.n=2", "memory.keep_reasoning_turns=0", "memory.answer_format=action"])
-    assert memory_kwargs(cfg) == {"memory_n": 2, "keep_reasoning_turns": 0, "answer_format": "action"}
+    cfg = load_config([*ON, "memory.n=2", "memory.keep_reasoning_turns=0", "memory.answer_format=action"])
+    assert TrainingEvaluator.from_config(cfg).memory == MemoryConfig(
+        n=2, keep_reasoning_turns=0, answer_format="action"
+    )
 
 
 def _record(i: int, success: bool, ret: float, valid: int, steps: int = 4) -> EpisodeRecord:

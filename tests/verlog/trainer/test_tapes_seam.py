@@ -44,7 +44,7 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
 
     from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
     from verlog.logs import read_turn_logs
-    from verlog.tapes import TapeSettings, TrainingTapes
+    from verlog.tapes import TapesConfig, TrainingTapes
     from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes
 
     rows, n = _rollout_rows()
@@ -55,7 +55,7 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
             token_gamma=1.0, token_lam=1.0, step_gamma=0.9, step_lam=0.8, whiten_advantages=False
         ),
     )
-    tapes = TrainingTapes(tmp_path, TapeSettings(episodes_per_iteration=2), Chars(), env_id="toy/x")
+    tapes = TrainingTapes(tmp_path, TapesConfig(episodes_per_iteration=2), Chars(), env_id="toy/x")
     order = [3, 1, 0, 2]  # verl's balancing reorders rows
     mask = torch.zeros(4, width)
     mask[:, :n] = 1
