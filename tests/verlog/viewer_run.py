@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from verlog.memory import MemoryConfig
 from verlog.rollout.generator import Generation, GenerationRequest, SamplingConfig
 from verlog.tapes import TapesConfig
 
@@ -131,7 +132,7 @@ def make_training_run(
     evaluator = TrainingEvaluator(
         protocol=protocol,
         sampling=sampling,
-        memory={"memory_n": 1, "keep_reasoning_turns": 1, "answer_format": "cot"},
+        memory=MemoryConfig(n=1, keep_reasoning_turns=1, answer_format="cot"),
         max_prompt_tokens=4096,
         output_dir=str(root),
         tapes=settings,
