@@ -76,6 +76,30 @@ SEAMS: tuple[Seam, ...] = (
         "verlog's tick data set sizes each iteration's batch",
     ),
     Seam("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers", None, "verlog builds its rollout after verl's"),
+    Seam(
+        "verl.trainer.ppo.ray_trainer:RayPPOTrainer._update_critic",
+        None,
+        "the critic warm-up before the first iteration trains the critic through it",
+    ),
+    Seam(
+        "verl.experimental.agent_loop.agent_loop:AgentLoopManager.create",
+        "await instance._init_agent_loop_workers()",
+        "verlog's manager overrides this private async method: no agent-loop worker actors (generation goes to the "
+        "vLLM servers directly)",
+    ),
+    Seam(
+        "verl.experimental.agent_loop.agent_loop:AgentLoopManager.generate_sequences",
+        None,
+        "verlog's manager overrides it: one iteration of the multi-turn rollout",
+    ),
+    Seam(
+        "verl.workers.utils.losses:value_loss",
+        'data["batch_num_tokens"]',
+        "verlog's critic loss (verlog/trainer/losses.py) reads the same batch keys verl's value loss reads "
+        "(dp_size, batch_num_tokens, global_batch_size) to normalise over the global mini-batch",
+    ),
+    Seam("verl.workers.utils.losses:value_loss", 'data["dp_size"]', "as above"),
+    Seam("verl.workers.utils.losses:value_loss", 'data["global_batch_size"]', "as above"),
 )
 
 
