@@ -7,6 +7,7 @@ import io
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,10 +155,11 @@ def test_ctrl_c_in_play_exits_without_a_traceback() -> None:
             assert char, proc.stderr.read()
             seen += char
         proc.send_signal(signal.SIGINT)
-        # wait for the exit before closing stdin: an EOF that reaches the prompt before the signal is handled would
-        # end the game normally (exit 0), a race seen on a loaded machine
-        proc.wait(timeout=300)  # generous: a test run at low priority on a busy machine is starved for CPU
-        err = proc.stderr.read()
+        # the signal may land on another thread of the process, so the main thread's blocked read of stdin only
+        # returns when stdin closes (communicate closes it), and Python then raises the pending KeyboardInterrupt.
+        # Give the signal time to be taken first: an EOF seen before it would end the game normally (exit 0).
+        time.sleep(2)
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 130 and "verlog play: interrupted" in err and "Traceback" not in err
