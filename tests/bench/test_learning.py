@@ -439,3 +439,14 @@ def test_crafter_recipe_warm_starts_and_spans_ten_iterations(tmp_path):
     assert json.loads(_opt(evaluation, "--env-kwargs"))["format_penalty"] == 0.0
     assert float(_opt(ppo, "env.kwargs.format_penalty")) > 0
     assert _opt(ppo, "model.path") == str(tmp_path / "r" / "warm_start" / "model")
+
+
+@pytest.mark.parametrize("script", ["learn_babyai.sh", "learn_babaisai.sh", "learn_crafter.sh"])
+def test_smoke_budgets_split_into_mini_batches(tmp_path, script):
+    """SMOKE=1 runs 2 tiny iterations whose rows split over the mini-batches and ranks (verl refuses them otherwise)."""
+    proc = _recipe("--dry-run", _script=REPO / "recipes" / "cpu" / script, SMOKE="1", OUTPUT_DIR=str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    ppo = _stages(proc.stdout)["ppo_dual"]
+    rows = int(_opt(ppo, "rollout.num_slots")) * int(_opt(ppo, "rollout.turns_per_slot"))
+    split = int(_opt(ppo, "algorithm.mini_batches")) * int(_opt(ppo, "hardware.n_gpus_per_node"))
+    assert _opt(ppo, "iterations") == "2" and rows % split == 0
