@@ -131,6 +131,27 @@ def json_object(option: str, text: str) -> dict[str, Any]:
     return value
 
 
+def add_memory_arguments(parser: Any) -> None:
+    """``--memory-n`` and ``--keep-reasoning-turns``: training's ``memory.n`` and ``memory.keep_reasoning_turns``,
+    with its defaults, so that a command builds the prompts training builds."""
+    from verlog.memory import MemoryConfig
+
+    defaults = MemoryConfig()
+    parser.add_argument(
+        "--memory-n",
+        type=int_at_least(0),
+        default=defaults.n,
+        help=f"past turns in each prompt (training's memory.n, default {defaults.n}, Verlog's)",
+    )
+    parser.add_argument(
+        "--keep-reasoning-turns",
+        type=int_at_least(0),
+        default=defaults.keep_reasoning_turns,
+        help="newest past turns shown with the full model output, older ones with the action alone (training's "
+        f"memory.keep_reasoning_turns, default {defaults.keep_reasoning_turns})",
+    )
+
+
 def add_answer_format_argument(parser: Any, help_suffix: str = "") -> None:
     """``--answer-format {cot,action}`` (default cot), the choices from :data:`verlog.memory.ANSWER_FORMATS`."""
     from verlog.memory import ANSWER_FORMATS

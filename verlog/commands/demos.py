@@ -10,6 +10,7 @@ from verlog.commands.common import (
     UsageError,
     add_answer_format_argument,
     add_import_argument,
+    add_memory_arguments,
     build_env,
     check_env_id,
     check_output_folder,
@@ -28,15 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="write into --out even when it is not empty")
     parser.add_argument("--seed-start", type=seed, default=0, help="seed of the first episode (then +1 each)")
-    parser.add_argument(
-        "--memory-n", type=int_at_least(0), default=1, help="past turns in the prompt (the RL memory.n)"
-    )
-    parser.add_argument(
-        "--keep-reasoning-turns",
-        type=int_at_least(0),
-        default=1,
-        help="the RL memory.keep_reasoning_turns (default 1)",
-    )
+    add_memory_arguments(parser)
     parser.add_argument(
         "--max-prompt-tokens",
         type=int_at_least(1),

@@ -16,6 +16,7 @@ from verlog.commands.common import (
     accept_negative_lists,
     add_answer_format_argument,
     add_import_argument,
+    add_memory_arguments,
     build_env,
     float_in,
     import_user_modules,
@@ -55,16 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-prompt-tokens", type=int_at_least(1), default=1024, help="prompt budget (old turns dropped)"
     )
-    parser.add_argument(
-        "--memory-n", type=int_at_least(0), default=1, help="past turns in each prompt (training's memory.n; Verlog: 1)"
-    )
-    parser.add_argument(
-        "--keep-reasoning-turns",
-        type=int_at_least(0),
-        default=1,
-        help="newest past turns shown with the full model output, older ones with the action alone (training's "
-        "memory.keep_reasoning_turns, default 1)",
-    )
+    add_memory_arguments(parser)
     add_answer_format_argument(parser)
     parser.add_argument(
         "--max-steps", type=int_at_least(1), default=None, help="step limit per episode (default: the env's)"
