@@ -35,6 +35,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
 
 
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model: Path):
+    """The tiny model's tokenizer (one per test module)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_engine_leftovers():
     """vLLM and verl leave shared-memory segments and /tmp files behind: remove those no live process uses."""

@@ -22,13 +22,6 @@ from verlog.memory import SlidingMemory
 from verlog.rollout import Generation, RolloutManager, SamplingConfig, make_env_pool
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
-
-
 def _replay(env_id: str, seed: int, answers: list[str], env_kwargs: dict | None = None) -> tuple[bool, bool, int]:
     """Step a fresh env with the recorded answers; (terminated, success, steps taken)."""
     env = envs.make(env_id, **(env_kwargs or {}))

@@ -50,13 +50,6 @@ class ScriptedGenerator:
         return out
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model))
-
-
 def _by_seed(prompts: dict[str, list[list[int]]], seeds: dict[str, int]) -> dict[int, list[list[int]]]:
     return {seeds[episode_id]: turns for episode_id, turns in prompts.items() if episode_id in seeds}
 

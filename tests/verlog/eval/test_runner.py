@@ -85,13 +85,6 @@ class ScriptedGenerator:
         return out
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model))
-
-
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=16)
 
 

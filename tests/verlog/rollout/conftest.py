@@ -1,16 +1,9 @@
-"""Fixtures of the rollout tests: the tiny model's tokenizer and a transformers generator standing in for vLLM (one
-of each per test module, so that a module's sampling does not depend on which modules ran before it)."""
+"""Fixtures of the rollout tests: a transformers generator standing in for vLLM (one per test module, so that a
+module's sampling does not depend on which modules ran before it), on tests/conftest.py's tokenizer."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture(scope="module")
