@@ -305,6 +305,8 @@ class LearningResults:
     spans: dict[str, Spans] = field(default_factory=dict)  # PPO run -> its episodes across iterations
     notes: str = ""  # the run folder's notes.md: what was tried before this run, by hand
     start_label: str = "SFT"  # the start model's label in evals and comparisons (START_MODELS)
+    crafter: dict[str, CrafterMeasures] = field(default_factory=dict)  # model -> Crafter's measures (Crafter runs)
+    crafter_diffs: dict[str, Interval] = field(default_factory=dict)  # model -> its Crafter score - the start's
 
     def start_comparison(self) -> Comparison | None:
         """PPO with dual GAE minus the start model, where both are evaluated."""
@@ -436,6 +438,7 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         ppo_seeds=ppo_seeds,
         spans=spans,
         start_label=start_label,
+        **_crafter_results(evals, start_label, n_resamples=n_resamples, seed=seed),
         notes=(run / NOTES_FILE).read_text(encoding="utf-8") if (run / NOTES_FILE).is_file() else "",
     )
 
@@ -508,13 +511,31 @@ def crafter_score_diff(
     return Interval(estimate, float(low), float(high), 0.95, n_resamples)
 
 
-def render_crafter(results: LearningResults, *, n_resamples: int = 10_000, seed: int = 0) -> list[str]:
-    """The markdown lines of Crafter's measures for every evaluated model (empty when no record has achievements)."""
-    names = achievement_names(list(results.evals.values()))
+def _crafter_results(
+    evals: dict[str, EvalResult], start_label: str, *, n_resamples: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """:class:`LearningResults`' ``crafter`` and ``crafter_diffs`` (both empty when no record has achievements)."""
+    names = achievement_names(list(evals.values()))
     if not names:
+        return {"crafter": {}, "crafter_diffs": {}}
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    measures = {m: crafter_measures(e, names, **kw) for m, e in evals.items()}
+    diffs = {}
+    start = evals.get(start_label)
+    for m, e in evals.items():
+        diff = None if m == start_label or start is None else crafter_score_diff(e, start, names, **kw)
+        if diff is not None:
+            diffs[m] = diff
+    return {"crafter": measures, "crafter_diffs": diffs}
+
+
+def render_crafter(results: LearningResults) -> list[str]:
+    """The markdown lines of Crafter's measures for every evaluated model (empty when not a Crafter run)."""
+    measures = results.crafter
+    if not measures:
         return []
-    measures = {m: crafter_measures(e, names, n_resamples=n_resamples, seed=seed) for m, e in results.evals.items()}
     models = list(measures)
+    names = list(next(iter(measures.values())).unlock)
     lines = [
         "## Crafter's measures (evaluation episodes, 95% bootstrap intervals)",
         "",
@@ -528,13 +549,8 @@ def render_crafter(results: LearningResults, *, n_resamples: int = 10_000, seed:
     for name in names:
         lines.append(f"| {name} | " + " | ".join(_pct(measures[m].unlock[name]) for m in models) + " |")
     lines.append("| **Crafter score (%)** | " + " | ".join(_num(measures[m].score) for m in models) + " |")
-    start = results.evals.get(results.start_label)
-    for m in models:
-        if m == results.start_label or start is None:
-            continue
-        diff = crafter_score_diff(results.evals[m], start, names, n_resamples=n_resamples, seed=seed)
-        if diff is not None:
-            lines.append(f"\nCrafter score, {m} − {results.start_label} (paired by seed): {_diff(diff)} points.")
+    for m, diff in results.crafter_diffs.items():
+        lines.append(f"\nCrafter score, {m} − {results.start_label} (paired by seed): {_diff(diff)} points.")
     return ["", *lines, ""]
 
 
@@ -906,12 +922,10 @@ def check_start(run_dir: str | Path, eval_name: str, bound: float) -> int:
 
 def _crafter_dict(results: LearningResults) -> dict[str, Any]:
     """Crafter's measures of every evaluated model as JSON data (empty when not a Crafter run)."""
-    names = achievement_names(list(results.evals.values()))
-    out = {}
-    for model, e in results.evals.items() if names else ():
-        m = crafter_measures(e, names)
-        out[model] = {"score": m.score.as_dict(), "unlock": {k: v.as_dict() for k, v in m.unlock.items()}}
-    return out
+    return {
+        model: {"score": m.score.as_dict(), "unlock": {k: v.as_dict() for k, v in m.unlock.items()}}
+        for model, m in results.crafter.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
