@@ -27,11 +27,13 @@ from verlog.rollout.manager import RolloutManager
 
 @dataclass
 class RolloutRecord:
-    """One iteration's rollout: its number (verl's ``global_steps``), the rows and finished episodes, the metrics."""
+    """One iteration's rollout: its number (verl's ``global_steps``), the rows and finished episodes, the metrics, and
+    its line of ``rollout.jsonl`` (the episodes at its start, their seeds, the finished ones)."""
 
     step: int
     batch: TurnBatch
     metrics: dict[str, float] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
 
 
 class VerlogAgentLoopManager(AgentLoopManager):
@@ -42,7 +44,6 @@ class VerlogAgentLoopManager(AgentLoopManager):
         self.rollout: RolloutManager | None = None
         self.turns_per_slot = 0
         self.last_rollout: RolloutRecord | None = None
-        self.iteration_log: list[dict[str, Any]] = []
 
     def attach(self, rollout: RolloutManager, turns_per_slot: int) -> None:
         """Give the manager the rollout it runs each iteration."""
@@ -61,19 +62,17 @@ class VerlogAgentLoopManager(AgentLoopManager):
         batch = self.rollout.collect(self.turns_per_slot)
         elapsed = time.perf_counter() - t0
         step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
-        self.last_rollout = RolloutRecord(step, batch, {**batch.metrics(), **self.rollout.last_timing})
-        self.iteration_log.append(
-            {
-                "start_episodes": start_episodes,
-                "rows": len(batch),
-                # every episode with a row in this batch -> the env seed it was reset with (training layouts)
-                "episode_seeds": {r.episode_id: r.seed for r in batch.rows if not r.idle},
-                "finished_episodes": [
-                    {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
-                    for e in batch.episodes
-                ],
-            }
-        )
+        log = {
+            "start_episodes": start_episodes,
+            "rows": len(batch),
+            # every episode with a row in this batch -> the env seed it was reset with (training layouts)
+            "episode_seeds": {r.episode_id: r.seed for r in batch.rows if not r.idle},
+            "finished_episodes": [
+                {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
+                for e in batch.episodes
+            ],
+        }
+        self.last_rollout = RolloutRecord(step, batch, {**batch.metrics(), **self.rollout.last_timing}, log)
         return self.to_dataproto(batch, elapsed)
 
     def rollout_at(self, step: int) -> RolloutRecord | None:

@@ -421,10 +421,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
         record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
         with open(os.path.join(out, "metrics.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\n")
-        log = self.async_rollout_manager.iteration_log
-        if rollout and log:
+        this_rollout = self.async_rollout_manager.rollout_at(step) if rollout else None
+        if this_rollout is not None:
             with open(os.path.join(out, "rollout.jsonl"), "a") as f:
-                f.write(json.dumps({"step": step, **log[-1]}) + "\n")
+                f.write(json.dumps({"step": step, **this_rollout.log}) + "\n")
 
 
 def _plain(v: Any) -> Any:
