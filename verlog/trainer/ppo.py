@@ -51,11 +51,15 @@ from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
 from verlog.rollout.generator import VerlServerGenerator
-from verlog.rollout.manager import RolloutManager, make_env_pool
+from verlog.rollout.build import build_rollout
+from verlog.rollout.manager import RolloutManager
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.seams import check_seams
 
 ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
+BOOTSTRAP_GAP_WARN = 1e-3
+"""A larger gap between the bootstrap values and an ordinary critic call on the same prompt is printed as a warning.
+In fp32 on a CPU both calls agree to float noise; bf16 kernels may differ by more without any fault."""
 
 
 class TickDataset(Dataset):
@@ -108,6 +112,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         # what one seam of an iteration hands to a later one, by the iteration's number (verl's global_steps)
         self._entropys: StepValue[torch.Tensor] = StepValue()  # _compute_old_log_prob -> the tapes
         self._step_metrics: StepValue[dict[str, float]] = StepValue()  # compute_advantage -> the iteration's log
+        self._value_metrics: StepValue[dict[str, float]] = StepValue()  # _compute_values -> the iteration's log
+        self._bootstrap_checked = False  # the bootstrap values are checked once a run (_bootstrap_value_gap)
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -149,62 +155,27 @@ class VerlogPPOTrainer(RayPPOTrainer):
         self._tapes = self._build_tapes()
 
     def _build_rollout(self) -> RolloutManager:
-        from verlog.memory import SlidingMemory
-        from verlog.tapes import frame_env_kwargs
-
+        """The run's rollout (:func:`verlog.rollout.build.build_rollout`), generating through verl's vLLM servers."""
         v = self.settings
-        env = v.env
-        frames = v.tapes.frames
-        env_kwargs = dict(env.kwargs)
-        env_id, curriculum = str(env.id), None
-        if env.tasks:  # multi-task: every slot a MultiTaskEnv; the curriculum draws each episode's family
-            env_id, env_kwargs, curriculum = self._multitask(env_kwargs, frames)
-        elif frames:
-            env_kwargs = frame_env_kwargs(env_id, env_kwargs)
-        pool = make_env_pool(
-            env_id,
-            v.rollout.num_slots,
-            env_kwargs=env_kwargs,
-            in_process=env.in_process,
-            num_workers=env.num_workers,
-            seed=v.seed,
-            keep_images=frames,
-        )
-        memory = v.memory
-        return RolloutManager(
-            pool,
-            self.tokenizer,
-            VerlServerGenerator(self.async_rollout_manager.llm_client),
-            v.rollout_sampling,
+        return build_rollout(
+            env_id=str(v.env.id),
+            env_kwargs=dict(v.env.kwargs),
+            tasks=v.env.tasks,
+            num_slots=v.rollout.num_slots,
+            tokenizer=self.tokenizer,
+            generator=VerlServerGenerator(self.async_rollout_manager.llm_client),
+            sampling=v.rollout_sampling,
+            memory=v.memory,
             max_prompt_tokens=v.rollout.max_prompt_tokens,
-            memory_factory=lambda: SlidingMemory.from_config(memory),
+            curriculum=v.curriculum,
+            in_process=v.env.in_process,
+            num_workers=v.env.num_workers,
+            frames=v.tapes.frames,
             seed=v.seed,
             run_id=v.run_name,
             generation_retries=v.rollout.generation_retries,
             group_size=v.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
-            curriculum=curriculum,
         )
-
-    def _multitask(self, env_kwargs: dict[str, Any], frames: bool) -> tuple[str, dict[str, Any], Any]:
-        """``env.tasks`` -> the pool's env id and kwargs (``envs.multitask.MultiTaskEnv``: each family's env with
-        ``env.kwargs`` and its own kwargs) and the run's :class:`verlog.curriculum.TaskCurriculum`."""
-        from envs.multitask import MULTITASK_ENV_ID
-        from verlog.curriculum import TaskCurriculum, family_weights, parse_task_families
-        from verlog.tapes import frame_env_kwargs
-
-        typed = self.settings
-        families = parse_task_families(typed.env.tasks)
-        tasks = {
-            f.name: {
-                "env_id": f.env_id,
-                "kwargs": frame_env_kwargs(f.env_id, {**env_kwargs, **f.kwargs}) if frames else dict(f.kwargs),
-            }
-            for f in families
-        }
-        curriculum = TaskCurriculum(
-            [f.name for f in families], typed.curriculum, seed=typed.seed, weights=family_weights(families)
-        )
-        return MULTITASK_ENV_ID, {"tasks": tasks, "env_kwargs": env_kwargs}, curriculum
 
     def _estimator(self) -> Estimator:
         """``algorithm.estimator``'s registry entry (verlog/estimators.py)."""
@@ -243,12 +214,55 @@ class VerlogPPOTrainer(RayPPOTrainer):
         next_values = torch.zeros(len(batch), dtype=torch.float32)
         if need and self.settings.algorithm.boundary == "bootstrap":  # "cut": the boundary ends the return (0)
             prompts = [list(boot[i]) for i in need]
-            boot = self._prompt_only_rows(prompts, batch.meta_info)
-            padded, _ = pad_dataproto_to_divisor(boot, self._world_size())
+            padded, _ = pad_dataproto_to_divisor(self._prompt_only_rows(prompts, batch.meta_info), self._world_size())
             out = super()._compute_values(padded)
             next_values[need] = out.batch["values"][: len(need), 0].float()
+            step = int(self.global_steps)  # 0 in the critic warm-up, which logs no iteration
+            if not self._bootstrap_checked and step >= 1:  # once a run: the seam still gives V(s_{t+1})
+                self._bootstrap_checked = True
+                gap = self._bootstrap_value_gap(batch, need, next_values[need])
+                self._value_metrics.put(step, {"check/bootstrap_value_gap": gap})
         values.batch["next_values"] = next_values
         return values
+
+    def _bootstrap_value_gap(self, batch: DataProto, rows: list[int], next_values: torch.Tensor) -> float:
+        """The largest ``|V(s_{t+1}) - V'|`` over ``rows``, with ``V'`` the critic's ordinary value of a row whose
+        prompt is the bootstrap prompt, laid out as the rollout lays out rows (left-padded to the batch's prompt
+        width) with the row's own response: ``values[:, 0]`` reads the state before the response, so both must be
+        V(s_{t+1}) whatever the padding. Prints one line when the gap exceeds float noise."""
+        prompts = [list(batch.non_tensor_batch["bootstrap_prompt_ids"][i]) for i in rows]
+        width = int(batch.batch["prompts"].shape[1])
+        if max(len(p) for p in prompts) > width:  # the bootstrap prompt is longer than any row's room: not checkable
+            return float("nan")
+        pad = self.tokenizer.pad_token_id
+        k = len(rows)
+        ids = torch.full((k, width), pad, dtype=torch.long)
+        mask = torch.zeros((k, width), dtype=torch.long)
+        for j, p in enumerate(prompts):
+            ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[j, width - len(p) :] = 1
+        responses = batch.batch["responses"][rows]
+        attention = torch.cat([mask, batch.batch["attention_mask"][rows, width:]], dim=1)
+        tensors = {
+            "prompts": ids,
+            "responses": responses,
+            "response_mask": batch.batch["response_mask"][rows],
+            "input_ids": torch.cat([ids, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": compute_position_id_with_mask(attention),
+        }
+        ordinary = DataProto.from_dict(tensors=tensors, meta_info=dict(batch.meta_info))
+        padded, _ = pad_dataproto_to_divisor(ordinary, self._world_size())
+        again = super()._compute_values(padded).batch["values"][:k, 0].float()
+        gap = float((again - next_values).abs().max())
+        if gap > BOOTSTRAP_GAP_WARN:
+            print(
+                f"[verlog] warning: the bootstrap values V(s_T) differ from the critic's value of the same prompt "
+                f"as an ordinary row by up to {gap:.3g} (check/bootstrap_value_gap); verl's critic seam may have "
+                "changed (verlog/trainer/seams.py)",
+                flush=True,
+            )
+        return gap
 
     def _prompt_only_rows(self, prompts: list[list[int]], meta_info: dict[str, Any]) -> DataProto:
         """Rows of a prompt and one pad token (attended, outside the response mask): ``values[:, 0]`` is V(prompt)."""
@@ -400,6 +414,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         metrics: dict[str, float] = {}
         record = self.async_rollout_manager.rollout_at(step)
         metrics.update(record.metrics if record is not None else {})
+        metrics.update(self._value_metrics.take(step, {}))
         metrics.update(self._step_metrics.take(step, {}))
         if self._first_step is None:
             self._first_step = step

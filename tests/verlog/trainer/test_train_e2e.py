@@ -259,3 +259,13 @@ def test_boundary_cut_ends_the_return_at_the_iteration_boundary(runs):
     assert cut["adv/bootstrap_rows"] > 0 and cut["adv/next_value_mean"] == 0.0
     bootstrapped = _iterations(base / "run1" / "metrics.jsonl")
     assert all(m["adv/next_value_mean"] != 0.0 for m in bootstrapped)
+
+
+def test_bootstrap_values_equal_an_ordinary_critic_call(runs):
+    """The bootstrap values V(s_T) (prompt-only rows) equal the critic's value of the same prompt laid out as an
+    ordinary row with a response: the trainer checks it once a run and logs the largest gap."""
+    base, _, _ = runs
+    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    gaps = [m["check/bootstrap_value_gap"] for m in metrics if "check/bootstrap_value_gap" in m]
+    assert len(gaps) == 1 and "check/bootstrap_value_gap" in metrics[0]  # the first iteration bootstraps
+    assert gaps[0] < 1e-4, gaps

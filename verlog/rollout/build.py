@@ -1,0 +1,102 @@
+"""Building the training rollout: the env pool (one env id, or a multi-task env per slot with its curriculum), the
+sliding memory and the generator, as one :class:`~verlog.rollout.manager.RolloutManager`.
+
+The trainer calls :func:`build_rollout` once in ``init_workers`` with its typed config's sections spelled out as
+arguments (this layer does not import the config, see docs/design.md), so the rollout a run trains on is built in one
+place and can be built without verl in a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from verlog.curriculum import CurriculumConfig, TaskCurriculum, family_weights, parse_task_families
+from verlog.memory import MemoryConfig, SlidingMemory
+from verlog.rollout.generator import Generator
+from verlog.rollout.manager import RolloutManager, make_env_pool
+from verlog.sampling import SamplingConfig
+from verlog.tapes import frame_env_kwargs
+
+
+def build_rollout(
+    *,
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    tasks: Mapping[str, Any] | None,
+    num_slots: int,
+    tokenizer: Any,
+    generator: Generator,
+    sampling: SamplingConfig,
+    memory: MemoryConfig,
+    max_prompt_tokens: int,
+    curriculum: CurriculumConfig | None = None,
+    in_process: bool = True,
+    num_workers: int | None = None,
+    frames: bool = False,
+    seed: int = 0,
+    run_id: str = "",
+    generation_retries: int = 0,
+    group_size: int | None = None,
+) -> RolloutManager:
+    """The rollout of a training run.
+
+    Args:
+        env_id, env_kwargs: ``env.id`` and ``env.kwargs``.
+        tasks: ``env.tasks`` (multi-task training: every slot a ``MultiTaskEnv`` whose families ``curriculum`` draws);
+            empty or None for one task.
+        frames: keep observation images for the tapes (turns the family's image switch on).
+        group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
+        The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
+    """
+    pool_env_id, pool_kwargs, task_curriculum = _pool_env(env_id, env_kwargs, tasks, curriculum, frames, seed)
+    pool = make_env_pool(
+        pool_env_id,
+        num_slots,
+        env_kwargs=pool_kwargs,
+        in_process=in_process,
+        num_workers=num_workers,
+        seed=seed,
+        keep_images=frames,
+    )
+    return RolloutManager(
+        pool,
+        tokenizer,
+        generator,
+        sampling,
+        max_prompt_tokens=max_prompt_tokens,
+        memory_factory=lambda: SlidingMemory.from_config(memory),
+        seed=seed,
+        run_id=run_id,
+        generation_retries=generation_retries,
+        group_size=group_size,
+        curriculum=task_curriculum,
+    )
+
+
+def _pool_env(
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    tasks: Mapping[str, Any] | None,
+    curriculum: CurriculumConfig | None,
+    frames: bool,
+    seed: int,
+) -> tuple[str, dict[str, Any], TaskCurriculum | None]:
+    """The pool's env id and kwargs, and the curriculum of a multi-task run (None for one task)."""
+    kwargs = dict(env_kwargs)
+    if not tasks:
+        return env_id, frame_env_kwargs(env_id, kwargs) if frames else kwargs, None
+    from envs.multitask import MULTITASK_ENV_ID
+
+    families = parse_task_families(tasks)
+    per_family = {
+        f.name: {
+            "env_id": f.env_id,
+            "kwargs": frame_env_kwargs(f.env_id, {**kwargs, **f.kwargs}) if frames else dict(f.kwargs),
+        }
+        for f in families
+    }
+    drawn = TaskCurriculum(
+        [f.name for f in families], curriculum or CurriculumConfig(), seed=seed, weights=family_weights(families)
+    )
+    return MULTITASK_ENV_ID, {"tasks": per_family, "env_kwargs": kwargs}, drawn
