@@ -34,9 +34,10 @@ IMPORTS_ENV_VAR = "VERLOG_IMPORTS"
 """Comma-separated modules :func:`import_modules` imported in this process; env-pool workers (spawned processes,
 which inherit the environment) import them again before building their envs."""
 
-# Modules that register the built-in envs when imported. Imported on first use of the registry, so that
-# ``import envs`` stays cheap and a game's dependencies load only when one of its ids is used.
-_BUILTIN_MODULES = ("envs.babyai", "envs.crafter", "envs.babaisai", "envs.toy")
+# Modules that register the built-in envs when imported, by the family of their ids. Imported on first use of the
+# registry, so that ``import envs`` stays cheap and a game's dependencies load only when one of its ids is used.
+_BUILTIN_FAMILIES = {"babyai": "envs.babyai", "crafter": "envs.crafter", "babaisai": "envs.babaisai", "toy": "envs.toy"}
+_BUILTIN_MODULES = tuple(_BUILTIN_FAMILIES.values())
 
 
 def register(env_id: str, factory: Factory | str, *, overwrite: bool = False) -> None:
@@ -47,6 +48,11 @@ def register(env_id: str, factory: Factory | str, *, overwrite: bool = False) ->
         factory: a callable returning a TextEnv (called with make's keyword arguments), or an entry point
             ``"package.module:attr"`` resolved on first use.
         overwrite: replace an existing registration instead of raising.
+
+    Raises:
+        EnvRegistrationError: ``env_id`` is taken by another factory (a built-in id too: the game of a built-in
+            family is loaded first, so that registering before it would not be undone by it). The same factory
+            again (a module imported twice, or through its entry point) is fine.
     """
     if not isinstance(env_id, str) or not env_id or env_id != env_id.strip():
         raise EnvRegistrationError(f"env id must be a non-empty string without surrounding spaces, got {env_id!r}")
@@ -55,6 +61,9 @@ def register(env_id: str, factory: Factory | str, *, overwrite: bool = False) ->
             raise EnvRegistrationError(f"entry point {factory!r} for {env_id!r} must look like 'package.module:attr'")
     elif not callable(factory):
         raise EnvRegistrationError(f"factory for {env_id!r} must be callable or an entry point string")
+    builtin = _BUILTIN_FAMILIES.get(env_id.partition("/")[0])
+    if builtin is not None and builtin not in sys.modules:  # its ids are taken even before the game is loaded
+        importlib.import_module(builtin)
     if env_id in _REGISTRY and not overwrite:
         old = _REGISTRY[env_id]
         if _same_factory(old, factory):  # the same definition again (a module imported twice, or by its entry point)
@@ -90,6 +99,9 @@ def _same_factory(old: Any, new: Any) -> bool:
 
 def _describe(factory: Any) -> str:
     key = _factory_key(factory)
+    if isinstance(factory, functools.partial) and key is not None:  # 'module:Class' with the partial's arguments
+        args = [repr(a) for a in factory.args] + [f"{k}={v!r}" for k, v in factory.keywords.items()]
+        return f"{_describe(factory.func)} with ({', '.join(args)})"
     return repr(key if isinstance(key, str) else factory)
 
 
@@ -316,9 +328,10 @@ def ensure_importable(folder: str | os.PathLike | None = None) -> str:
 
 
 def _where_raised(exc: BaseException) -> str:
-    """`` (at FILE:LINE)``: the innermost frame of ``exc``'s traceback outside importlib, or ``""``."""
+    """`` (at FILE:LINE)``: the innermost frame of ``exc``'s traceback outside importlib and this module (for an
+    error of :func:`register`, the line that called it), or ``""``."""
     frames = traceback.extract_tb(exc.__traceback__)
-    inside = [f for f in frames if "importlib" not in f.filename] or frames
+    inside = [f for f in frames if "importlib" not in f.filename and f.filename != __file__] or frames
     return f" (at {inside[-1].filename}:{inside[-1].lineno})" if inside else ""
 
 

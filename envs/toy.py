@@ -91,7 +91,7 @@ class DelayedRewardEnv(TextEnv):
 def _register() -> None:
     from envs.registry import register
 
-    register("toy/delayed", DelayedRewardEnv, overwrite=True)
+    register("toy/delayed", DelayedRewardEnv)
 
 
 _register()

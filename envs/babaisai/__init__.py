@@ -17,4 +17,4 @@ from envs.registry import register
 __all__ = ["TASKS", "BabaIsAIEnv", "Level", "generate", "solve", "solve_board"]
 
 for _task in TASKS:
-    register(f"babaisai/{_task}", functools.partial(BabaIsAIEnv, _task), overwrite=True)
+    register(f"babaisai/{_task}", functools.partial(BabaIsAIEnv, _task))

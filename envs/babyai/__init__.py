@@ -14,6 +14,6 @@ from envs.babyai.level import TASK_KINDS, MixedLocalLevel
 from envs.registry import register
 
 for _kind in TASK_KINDS:
-    register(f"babyai/{_kind}", partial(BabyAITextEnv, _kind), overwrite=True)
+    register(f"babyai/{_kind}", partial(BabyAITextEnv, _kind))
 
 __all__ = ["TASK_KINDS", "BabyAITextEnv", "MixedLocalLevel"]

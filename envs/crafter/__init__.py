@@ -10,6 +10,6 @@ from envs.crafter.env import CrafterTextEnv
 from envs.crafter.game import CrafterGame
 from envs.registry import register
 
-register("crafter/default", CrafterTextEnv, overwrite=True)
+register("crafter/default", CrafterTextEnv)
 
 __all__ = ["CrafterGame", "CrafterTextEnv"]

@@ -94,3 +94,23 @@ def test_registering_the_same_factory_again_is_allowed_another_is_refused() -> N
         envs.register("mine/partial", functools.partial(_make_thing, length=4))
     envs.register("mine/twice", faulty_envs.Corridor, overwrite=True)
     assert envs.make("mine/twice").env_id == "mine/twice"  # envs.make records the id the env was built from
+
+
+def test_a_builtin_id_is_taken_even_before_its_game_is_loaded(user_folder: Path) -> None:
+    """The built-in games load lazily; registering one of their ids first used to be accepted and then silently
+    replaced by the game (or the other way round): the user trained on another env than they thought."""
+    with pytest.raises(EnvRegistrationError, match=r"'babyai/goto' is already registered to 'envs\.babyai\.env"):
+        envs.register("babyai/goto", faulty_envs.Corridor)
+    script = (
+        "import sys; import envs\n"
+        "assert 'envs.toy' not in sys.modules\n"
+        "try:\n"
+        "    envs.register('toy/delayed', dict)\n"
+        "except envs.EnvRegistrationError as exc:\n"
+        "    print(exc)\n"
+    )
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert "env id 'toy/delayed' is already registered to 'envs.toy:DelayedRewardEnv'" in proc.stdout, proc.stderr
+    envs.register("toy/delayed", envs.registered_factory("toy/delayed"))  # the same factory again is fine
