@@ -304,7 +304,49 @@ def test_multi_task_settings_are_checked_before_launch(overrides, text, capsys) 
 
 def test_multi_task_settings_pass(capsys) -> None:
     assert main(["--dry-run", "env=toy_lengths", "curriculum.kind=sec"]) == 0
-    assert main(["--dry-run", "env=babyai_tasks", "curriculum.kind=weighted"]) == 0
+    weights = ["+env.tasks.goto.weight=1", "+env.tasks.pickup.weight=2", "+env.tasks.open.weight=1"]
+    assert main(["--dry-run", "env=babyai_tasks", "curriculum.kind=weighted", *weights]) == 0  # as its header says
+
+
+SHIPPED_ENV_CONFIGS = sorted(p.stem for p in (REPO / "configs" / "env").glob("*.yaml"))
+# what an env config needs besides itself (custom is a template: its header says to give env.id)
+ENV_CONFIG_NEEDS = {"custom": ["env.id=toy/delayed"]}
+
+
+@pytest.mark.parametrize("name", SHIPPED_ENV_CONFIGS)
+def test_every_shipped_env_config_passes_its_own_dry_run(name: str, tmp_path: Path, capsys) -> None:
+    """env=babyai_tasks used to refuse its own default curriculum (weights with curriculum.kind=uniform)."""
+    assert main(["--dry-run", f"env={name}", f"output_dir={tmp_path / 'run'}", *ENV_CONFIG_NEEDS.get(name, [])]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("# verlog train --dry-run: nothing was started"), captured.err
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def documented_train_commands() -> list[list[str]]:
+    """The ``verlog train`` commands of the docs' code blocks that stand alone: only ``key=value`` overrides, no
+    placeholder (``...``, ``<name>``, ``DIR``), no path that must exist (a checkpoint, a model folder)."""
+    commands = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+            for line in block.splitlines():
+                words = line.split("#")[0].split()
+                if words[:2] != ["verlog", "train"] or len(words) < 3:
+                    continue
+                args = words[2:]
+                standalone = all(re.fullmatch(r"[\w.+~-]+=[^<>.][^<>]*", a) and "..." not in a for a in args)
+                if standalone and not any(a.startswith(("checkpoint.resume=", "model.path=")) for a in args):
+                    commands.append(args)
+    return commands
+
+
+def test_the_documented_train_commands_pass_their_dry_run(tmp_path: Path, capsys) -> None:
+    """docs/curriculum.md's ``verlog train env=babyai_tasks curriculum.kind=sec`` used to be refused."""
+    commands = documented_train_commands()
+    assert ["env=babyai_tasks", "curriculum.kind=sec"] in commands
+    for args in commands:
+        args = [a for a in args if not a.startswith("output_dir=")]
+        assert main(["--dry-run", *args, f"output_dir={tmp_path / 'run'}"]) == 0, (args, capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
 
 
 def test_one_class_per_section_and_the_moved_sampling_key() -> None:
