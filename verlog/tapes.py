@@ -9,7 +9,11 @@ Files, under a training run's ``output_dir``:
 - ``tapes/eval.jsonl``: every turn of the first ``tapes.eval_episodes`` episodes of each in-training evaluation (the
   same seeds every time), episode ids ``eval@<iteration>/<env id>/run_<NN>`` (:class:`EvalTapeWriter`).
 
-``verlog view RUN_DIR`` turns them into one HTML page (docs/viewer.md). Nothing here imports verl.
+and, under a ``verlog play --record DIR`` folder, ``tapes/play.jsonl``: every turn a person played
+(:class:`PlayTapeWriter`).
+
+``verlog view RUN_DIR`` turns them into one HTML page (docs/viewer.md); ``verlog sft data.train=DIR`` trains on them
+(verlog.sft.tapes, docs/sft.md). Nothing here imports verl.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from verlog.logs import LogProbStats, SpanStats, TokenSplit, TurnLog, TurnLogWri
 TAPES_DIR = "tapes"
 TRAIN_TAPES = f"{TAPES_DIR}/train.jsonl"
 EVAL_TAPES = f"{TAPES_DIR}/eval.jsonl"
+PLAY_TAPES = f"{TAPES_DIR}/play.jsonl"
 
 # The last "action:" marker in any case, with markdown emphasis before the colon ("ACTION:", "**Action:**"): the
 # lenient parser's marker (envs/actions.py), which also finds the strict parser's case-sensitive "ACTION:".
@@ -393,5 +398,57 @@ class EvalTapeWriter(TurnLogWriter):
                 source="eval",
                 iteration=self.iteration,
                 prompt_messages=[],
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------- play
+class PlayTapeWriter(TurnLogWriter):
+    """``verlog play --record DIR``: every turn a person plays, appended to ``DIR/tapes/play.jsonl``, tagged
+    ``source="play"``, with the prompt messages; each episode's first turn keeps the env keyword arguments in
+    ``extra["env_kwargs"]`` (the episode is replayed with them when it becomes SFT data).
+
+    Args:
+        folder: the recording folder.
+        env_id: the env played.
+        env_kwargs: its keyword arguments (``--env-arg``, ``--parse-mode``).
+        parse_mode: the env's parse mode (for ``parsed_action``).
+    """
+
+    def __init__(self, folder: str | Path, env_id: str, env_kwargs: dict[str, Any], parse_mode: str = "strict") -> None:
+        super().__init__(Path(folder) / PLAY_TAPES, append=True)
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs)
+        self.parse_mode = parse_mode
+
+    def record(self, stepped: Any) -> None:
+        """Write one played turn (a :class:`verlog.rollout.stepper.Stepped`)."""
+        from envs import actions as action_parsing
+
+        row = stepped.row
+        extra: dict[str, Any] = {"env_kwargs": self.env_kwargs} if int(row.turn_index) == 0 else {}
+        if row.env_error:
+            extra["env_error"] = row.env_error
+        progression = stepped.info.get("progression")
+        self.write(
+            TurnLog(
+                episode_id=str(row.episode_id),
+                turn=int(row.turn_index),
+                env_id=self.env_id,
+                seed=row.seed,
+                prompt_messages=list(stepped.prompt.messages),
+                response=row.response_text,
+                parsed_action=action_parsing.extract(row.response_text, self.parse_mode),  # type: ignore[arg-type]
+                action=row.action,
+                action_valid=bool(row.action_valid),
+                reward=float(row.reward),
+                terminated=bool(row.terminated),
+                truncated=bool(row.truncated),
+                progression=None if progression is None else float(progression),
+                extra=extra,
+                source="play",
+                observation=row.observation,
+                success=bool(row.success) if stepped.episode is not None else None,
+                memory_turns=row.memory_turns,
             )
         )

@@ -143,10 +143,19 @@ def test_cli_bad_data_fails_before_launch(tiny_model, tmp_path, capsys):
     bad.mkdir()
     pd.DataFrame({"text": ["hello"]}).to_parquet(bad / "train.parquet")
     code = cli_main(["sft", f"data.train={bad}", f"model.path={tiny_model}", f"output_dir={tmp_path / 'out'}"])
-    assert code == 1
-    assert "no 'messages' column" in capsys.readouterr().err
+    assert code == 2  # a bad input: `verlog sft: error: <what>; <fix>` on one line (it was a bare `error:`, exit 1)
+    err = capsys.readouterr().err
+    assert err.startswith("verlog sft: error: ") and "no 'messages' column" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
     assert cli_main(["sft", "train.steps=2", "stray"]) == 2
+    assert "verlog sft: error: 'stray' is not key=value; only the first argument" in capsys.readouterr().err
+    bogus = tmp_path / "bogus.parquet"  # a parquet name on another file: one line, not pyarrow's traceback
+    bogus.write_text("not parquet")
+    assert cli_main(["sft", f"data.train={bogus}", f"model.path={tiny_model}", f"output_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a parquet file" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert cli_main(["sft", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist; give an SFT YAML" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ finished episode is summarised and the next one starts (seed + 1 when ``--seed``
 
 The person is a policy of the rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`): the env is stepped
 through the same one-slot pool, memory and turn record as the demos' expert, so what a person plays is what a model
-would face.
+would face. ``--record DIR`` appends every turn to ``DIR/tapes/play.jsonl`` (:class:`verlog.tapes.PlayTapeWriter`),
+tapes that ``verlog sft data.train=DIR`` fine-tunes on (docs/sft.md).
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ import argparse
 import ast
 import contextlib
 import sys
-from typing import Any, TextIO
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from verlog.commands.common import UsageError, add_import_argument, build_env, import_user_modules, int_at_least, seed
+
+if TYPE_CHECKING:
+    from verlog.tapes import PlayTapeWriter
 
 QUIT = (":q", ":quit", ":exit")
 HELP = (":help", ":h", "?")
@@ -44,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keyword argument for envs.make, VALUE read as a Python literal when it is one (repeatable)",
     )
     parser.add_argument("--show-info", action="store_true", help="print the whole info dict after every step")
+    parser.add_argument(
+        "--record",
+        metavar="DIR",
+        default=None,
+        help="append every turn played to DIR/tapes/play.jsonl (episode tapes: `verlog sft data.train=DIR` trains on "
+        "them)",
+    )
 
 
 def parse_env_args(pairs: list[str]) -> dict[str, Any]:
@@ -68,11 +81,33 @@ def run(args: argparse.Namespace) -> int:
     check_env_id(args.env_id)
     if args.parse_mode is not None:
         kwargs["parse_mode"] = args.parse_mode
+    record = _recorder(args.record, args.env_id, kwargs)
     env = build_env(args.env_id, kwargs, "--env-arg", seed=args.seed or 0)  # a bad setting fails here, named
     try:
-        return play(env, sys.stdin, sys.stdout, seed=args.seed, episodes=args.episodes, show_info=args.show_info)
+        if record is not None:
+            record.parse_mode = str(getattr(env, "parse_mode", "strict"))
+        return play(
+            env, sys.stdin, sys.stdout, seed=args.seed, episodes=args.episodes, show_info=args.show_info, record=record
+        )
     finally:
         env.close()
+        if record is not None:
+            record.close()
+
+
+def _recorder(folder: str | None, env_id: str, env_kwargs: dict[str, Any]) -> PlayTapeWriter | None:
+    """The tape writer of ``--record DIR`` (None without it), or UsageError for a DIR that cannot hold tapes."""
+    if folder is None:
+        return None
+    from verlog.tapes import PlayTapeWriter
+
+    if not folder.strip():
+        raise UsageError("--record is empty: give the folder to record the episodes into")
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise UsageError(
+            f"--record {folder!r} is a file, not a folder: give a folder (tapes go to DIR/tapes/play.jsonl)"
+        )
+    return PlayTapeWriter(folder, env_id, env_kwargs)
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -96,8 +131,10 @@ def play(
     seed: int | None = None,
     episodes: int | None = None,
     show_info: bool = False,
+    record: PlayTapeWriter | None = None,
 ) -> int:
-    """Run the interactive loop on a TextEnv, reading lines from ``stdin`` and writing to ``stdout``; returns 0."""
+    """Run the interactive loop on a TextEnv, reading lines from ``stdin`` and writing to ``stdout``; returns 0.
+    With ``record``, every turn played is written to its tape file."""
     from verlog.memory import SlidingMemory
     from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
 
@@ -162,7 +199,10 @@ def play(
                 return line
 
     pool = LocalEnv(env).pool()
-    stepper = EpisodeStepper(pool, None, [SlidingMemory()], max_prompt_tokens=None, bootstrap_prompts=False)
+    run_id = f"play-{time.strftime('%Y%m%d-%H%M%S')}"  # episode ids stay unique across recordings into one folder
+    stepper = EpisodeStepper(
+        pool, None, [SlidingMemory()], max_prompt_tokens=None, bootstrap_prompts=False, run_id=run_id
+    )
     person = CallbackPolicy(ask)
     episode_return = 0.0
 
@@ -184,6 +224,8 @@ def play(
                 continue
             row, info = turn.row, turn.info
             current["obs"], current["info"] = turn.next_observation, info
+            if record is not None:
+                record.record(turn)
             episode_return += row.reward
             note = "" if row.action_valid else f" (not a valid action: executed {info.get('action')!r})"
             if row.env_error is not None:

@@ -13,22 +13,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="CONFIG_OR_OVERRIDE",
         help="an SFT YAML config (e.g. configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
-        "data.train=outputs/demos/goto); docs/sft.md lists the keys",
+        "data.train=outputs/demos/goto; data.train may also be tapes: a run's or an evaluation's folder, a "
+        "`verlog play --record` folder, with data.tapes.* filters); docs/sft.md lists the keys",
     )
-    parser.add_argument("--dry-run", action="store_true", help="check the data, print the torchrun command, stop")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the data (tapes are converted into <output_dir>/data), print the torchrun command, stop",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from verlog.commands.common import UsageError
     from verlog.config.compose import moved_config_note, moved_config_path
-    from verlog.errors import VerlogError
-    from verlog.sft import load_config, run_sft
+    from verlog.sft import SFTConfigError, SFTDataError, SFTRunError, load_config, run_sft
 
     items = list(args.config)
     path = items.pop(0) if items and "=" not in items[0] else None
     bad = [item for item in items if "=" not in item]
     if bad:
-        print(f"error: {bad[0]!r} is not key=value (only the first argument may be a config file)", file=sys.stderr)
-        return 2
+        raise UsageError(
+            f"{bad[0]!r} is not key=value; only the first argument may be a config file, the others are overrides "
+            "such as train.steps=20"
+        )
     moved = moved_config_path(path) if path is not None else None
     if moved is not None:  # a path typed before the configs moved to configs/ (issue 25)
         print(moved_config_note(path, moved), file=sys.stderr, flush=True)
@@ -36,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(path, items)
         result = run_sft(config, dry_run=args.dry_run)
-    except VerlogError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (SFTConfigError, SFTDataError) as exc:  # a bad input, found before anything was launched
+        raise UsageError(str(exc)) from None
+    except SFTRunError as exc:  # verl's trainer failed: not an input the command could check
+        print(f"verlog sft: error: {exc}", file=sys.stderr)
         return 1
     if isinstance(result, list):
         print(shlex.join(result))

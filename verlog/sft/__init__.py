@@ -18,8 +18,12 @@ Two things verl does that we adjust:
   hold float32, so transformers 5 would load the weights as bf16; the export sets ``dtype`` to the dtype the weights
   are stored in.
 
-Modules: :mod:`.config` (settings), :mod:`.data` (checks before launch, the last-turn dataset), :mod:`.launch`
-(torchrun, progress, export), ``python -m verlog.sft`` (what each rank runs on the CPU route).
+Data: demonstrations (``verlog demos``), or tapes (a training run's, an evaluation's, ``verlog play --record``'s):
+:mod:`.tapes` keeps the finished episodes that pass ``data.tapes``' filters and replays them with the memory settings
+of the run that will train, so each row's prompt is the rollout's.
+
+Modules: :mod:`.config` (settings), :mod:`.data` (checks before launch, the last-turn dataset), :mod:`.tapes` (tapes
+as rows), :mod:`.launch` (torchrun, progress, export), ``python -m verlog.sft`` (what each rank runs on the CPU route).
 
 Config: :class:`SFTConfig` (typed defaults; YAML in ``configs/sft/``; unknown keys are errors), see docs/sft.md.
 """
@@ -33,11 +37,13 @@ from verlog.sft.config import (
     SFTDataError,
     SFTModelConfig,
     SFTRunError,
+    SFTTapesConfig,
     SFTTrainConfig,
     load_config,
 )
 from verlog.sft.data import DataReport, check_data, keep_last_run, resolve_data
 from verlog.sft.launch import SFTResult, build_command, export_hf_model, prepare_model, run_sft, verl_overrides
+from verlog.sft.tapes import TapeEpisode, TapeSelection, is_tapes, select_episodes, write_tape_rows
 
 __all__ = [
     "DataReport",
@@ -48,14 +54,20 @@ __all__ = [
     "SFTModelConfig",
     "SFTResult",
     "SFTRunError",
+    "SFTTapesConfig",
     "SFTTrainConfig",
+    "TapeEpisode",
+    "TapeSelection",
     "build_command",
     "check_data",
     "export_hf_model",
+    "is_tapes",
     "keep_last_run",
     "load_config",
     "prepare_model",
     "resolve_data",
     "run_sft",
+    "select_episodes",
     "verl_overrides",
+    "write_tape_rows",
 ]

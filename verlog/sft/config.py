@@ -3,10 +3,14 @@ errors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
+from typing import Any
 
 from verlog.errors import VerlogError
+from verlog.memory import ANSWER_FORMATS, MemoryConfig
 
 
 class SFTConfigError(VerlogError, ValueError):
@@ -45,20 +49,87 @@ class SFTModelConfig:
 
 
 @dataclass
-class SFTDataConfig:
-    """The demonstrations.
+class SFTTapesConfig:
+    """Tapes as SFT data (``data.train`` a tapes folder or file): which episodes, and the prompts of the run that will
+    train on the SFT model (docs/sft.md, "Tapes as SFT data").
 
     Attributes:
-        train: a folder written by ``verlog demos`` (its train.parquet) or a parquet file with a ``messages`` column.
+        success_only: keep only episodes that ended in success.
+        min_return: keep only episodes whose return is at least this (null: any).
+        env_ids: keep only episodes of these env ids (empty: all).
+        last_iterations: keep only episodes that started in the last K iterations of the tapes (training and
+            in-training evaluation tapes; null: all).
+        valid_only: leave out the rows of turns whose answer named no valid action (the turn stays in the history
+            of the next prompts, as the rollout showed it).
+        val_episodes: the last this-many kept episodes go to val.parquet.
+        memory: the memory section (``memory.n``, ``memory.keep_reasoning_turns``, ``memory.answer_format``) of the
+            run that will train: the prompts are rebuilt with it.
+        max_prompt_tokens: that run's ``rollout.max_prompt_tokens`` (counted with the SFT model's tokenizer; null:
+            no budget).
+        env_kwargs: the env keyword arguments the tapes were played with; null: read from the tapes' folder
+            (a run's config.yaml, an evaluation's summary.json, a recording's first turn).
+        imports: modules to import first (your module that registers the env, like ``--import``).
+    """
+
+    success_only: bool = True
+    min_return: float | None = None
+    env_ids: list[str] = field(default_factory=list)
+    last_iterations: int | None = None
+    valid_only: bool = True
+    val_episodes: int = 0
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    max_prompt_tokens: int | None = 1024
+    env_kwargs: dict[str, Any] | None = None
+    imports: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, one message per problem (each naming the key and the fix)."""
+        out = []
+        m = self.memory
+        if m.n < 0 or m.keep_reasoning_turns < 0:
+            out.append(
+                f"data.tapes.memory.n and keep_reasoning_turns must be >= 0, got {m.n} and {m.keep_reasoning_turns}; "
+                "use the memory section of the run that will train"
+            )
+        if m.answer_format not in ANSWER_FORMATS:
+            out.append(
+                f"data.tapes.memory.answer_format {m.answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}; "
+                "use the run's memory.answer_format"
+            )
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            out.append(
+                f"data.tapes.max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}; use the run's "
+                "rollout.max_prompt_tokens"
+            )
+        if self.last_iterations is not None and self.last_iterations < 1:
+            out.append(f"data.tapes.last_iterations must be >= 1 or null (all), got {self.last_iterations}")
+        if self.val_episodes < 0:
+            out.append(f"data.tapes.val_episodes must be >= 0, got {self.val_episodes}")
+        if self.min_return is not None and not math.isfinite(self.min_return):
+            out.append(f"data.tapes.min_return must be a finite number or null, got {self.min_return}")
+        return out
+
+
+@dataclass
+class SFTDataConfig:
+    """The data: demonstrations, or tapes.
+
+    Attributes:
+        train: a folder written by ``verlog demos`` (its train.parquet), a parquet file with a ``messages`` column, or
+            tapes: a training run's folder (tapes/*.jsonl), an evaluation's (``verlog eval --log-turns``: turns.jsonl),
+            a ``verlog play --record`` folder, or one tape file (.jsonl); tapes become rows under
+            ``<output_dir>/data`` (see ``tapes``).
         val: a parquet file for validation loss; null: the demo folder's val.parquet when there is one.
         max_length: the longest row in tokens (chat template applied); longer rows are an error before launch.
         loss_on: ``last`` (loss on the final assistant message only) or ``all`` (every assistant message; verl's own).
+        tapes: the filters and prompt settings used when ``train`` is tapes.
     """
 
     train: str = "outputs/demos"
     val: str | None = None
     max_length: int = 1024
     loss_on: str = "last"
+    tapes: SFTTapesConfig = field(default_factory=SFTTapesConfig)
 
 
 @dataclass
@@ -150,6 +221,11 @@ class SFTConfig:
         for item in self.verl:
             if "=" not in item:
                 raise SFTConfigError(f"each entry of verl must be 'key=value' (a verl SFT override), got {item!r}")
+        problems = self.data.tapes.problems()
+        if problems:
+            raise SFTConfigError(
+                problems[0] if len(problems) == 1 else f"{len(problems)} problems: {' | '.join(problems)}"
+            )
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> SFTConfig:
@@ -161,18 +237,47 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    if path is not None and not Path(path).is_file():
+        raise SFTConfigError(
+            f"SFT config file {str(path)!r} does not exist; give an SFT YAML such as configs/sft/cpu.yaml, or only "
+            "key=value overrides"
+        )
     try:
         cfg = OmegaConf.structured(SFTConfig)
         if path is not None:
-            if not Path(path).is_file():
-                raise SFTConfigError(f"SFT config file {str(path)!r} does not exist")
             cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
         if overrides:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
-        raise SFTConfigError(f"bad SFT config ({exc}); see configs/sft/cpu.yaml and docs/sft.md for the keys") from exc
+        raise SFTConfigError(_one_line(exc)) from None
     if not isinstance(config, SFTConfig):  # OmegaConf.to_object of a structured SFTConfig gives one
         raise SFTConfigError(f"SFT config did not resolve to SFTConfig but {type(config).__name__}")
     config.validate()
     return config
+
+
+def config_keys(cls: type = SFTConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of ``cls`` (a config dataclass), sections included (``data``, ``data.tapes``, ...)."""
+    out = []
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        out.append(key)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            out.extend(config_keys(type(default), f"{key}."))
+    return out
+
+
+def _one_line(exc: Exception) -> str:
+    """OmegaConf's multi-line message as one line: the key, what is wrong, the closest key, where the keys are."""
+    key = str(getattr(exc, "full_key", "") or "")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    hint = "see configs/sft/cpu.yaml and docs/sft.md for the keys"
+    if "not in" in first and key:
+        close = difflib.get_close_matches(key, config_keys(), n=1, cutoff=0.6)
+        if close:
+            hint = f"did you mean {close[0]}? ({hint})"
+        return f"{key}: the SFT config has no such key; {hint}"
+    where = f"{key}: " if key else ""
+    return f"{where}{first}; {hint}"

@@ -25,6 +25,13 @@ class DataReport:
     loss_tokens: int
 
 
+DATA_KINDS = (
+    "a `verlog demos` folder, a parquet file with a 'messages' column, or tapes (a training run's or an evaluation's "
+    "folder, a `verlog play --record` folder, a .jsonl tape file)"
+)
+_PARQUET_MAGIC = b"PAR1"
+
+
 def resolve_data(data: SFTDataConfig) -> tuple[str, str | None]:
     """The train and val parquet files of ``data`` (a demo folder gives its train.parquet and val.parquet)."""
     from verlog.demos import TRAIN_FILE, VAL_FILE
@@ -32,14 +39,44 @@ def resolve_data(data: SFTDataConfig) -> tuple[str, str | None]:
     train = Path(data.train)
     val = Path(data.val) if data.val else None
     if train.is_dir():
+        if not (train / TRAIN_FILE).is_file():
+            raise SFTDataError(
+                f"data.train {str(train)!r} holds no {TRAIN_FILE} and no tapes; give {DATA_KINDS} (`verlog demos "
+                "... --out DIR` writes demonstrations)"
+            )
         if val is None and (train / VAL_FILE).is_file():
             val = train / VAL_FILE
         train = train / TRAIN_FILE
     if not train.is_file():
-        raise SFTDataError(f"data.train {str(train)!r} does not exist: run `verlog demos ... --out DIR` first")
-    if val is not None and not val.is_file():
-        raise SFTDataError(f"data.val {str(val)!r} does not exist")
+        raise SFTDataError(
+            f"data.train {str(train)!r} does not exist; give {DATA_KINDS} (`verlog demos ... --out DIR` writes "
+            "demonstrations)"
+        )
+    check_parquet(str(train), "data.train")
+    if val is not None:
+        if not val.is_file():
+            raise SFTDataError(f"data.val {str(val)!r} does not exist; give a parquet file, or leave data.val null")
+        check_parquet(str(val), "data.val")
     return str(train), None if val is None else str(val)
+
+
+def check_parquet(path: str, key: str) -> None:
+    """Raise :class:`SFTDataError` (one line, with the fix) when ``path`` is not a parquet file."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head != _PARQUET_MAGIC:
+        raise SFTDataError(f"{key} {path!r} is not a parquet file (it does not start with PAR1); give {DATA_KINDS}")
+
+
+def read_rows(path: str) -> Any:
+    """The DataFrame of an SFT parquet file, or :class:`SFTDataError` when it cannot be read."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SFTDataError(f"{path!r} cannot be read as parquet ({reason}); give {DATA_KINDS}") from None
 
 
 def _token_ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
@@ -85,22 +122,20 @@ def check_data(
     Raises:
         SFTDataError: naming the file, the row and the fix.
     """
-    import pandas as pd
-
     if getattr(tokenizer, "chat_template", None) is None:
         raise SFTDataError(
             f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template, so the demos cannot be "
             "rendered as the rollout renders prompts: use a model folder with a chat template (verlog.testing."
             "build_tiny_model writes ChatML) or set tokenizer.chat_template and save it"
         )
-    frame = pd.read_parquet(path)
+    frame = read_rows(path)
     if "messages" not in frame.columns:
         raise SFTDataError(
             f"{path} has no 'messages' column (columns: {list(frame.columns)}): verl's SFT trainer reads chat "
             "conversations from 'messages'; write the data with `verlog demos`"
         )
     if len(frame) == 0:
-        raise SFTDataError(f"{path} has no rows")
+        raise SFTDataError(f"{path} has no rows; give data with at least one conversation")
     lengths: list[int] = []
     loss_tokens = 0
     for i, raw in enumerate(frame["messages"]):
@@ -129,9 +164,7 @@ def check_data(
 def data_texts(path: str) -> list[str]:
     """The message texts of an SFT parquet file's rows, in row order (a tokenizer corpus: see
     ``model.tokenizer_from_data``)."""
-    import pandas as pd
-
-    frame = pd.read_parquet(path)
+    frame = read_rows(path)
     if "messages" not in frame.columns:
         raise SFTDataError(f"{path} has no 'messages' column: write the data with `verlog demos`")
     return [m["content"] for i, raw in enumerate(frame["messages"]) for m in _as_messages(raw, f"{path} row {i}")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -11,11 +12,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
 from verlog.sft.data import DataReport, check_data, data_texts, resolve_data
+from verlog.sft.tapes import TapeSelection, is_tapes, select_episodes, write_tape_rows
 
 HF_EXPORT = "model"
+TAPE_DATA = "data"
+"""Where the rows made from tapes go, under ``output_dir`` (train.parquet, val.parquet, tapes.json)."""
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "sft_metrics.jsonl"
 _STEP_LINE = re.compile(r"(?:^|\W)step:(\d+) - (.*)$")  # tqdm may print its bar first on the line
@@ -82,9 +87,9 @@ def build_command(config: SFTConfig, model_path: str, train_file: str, val_file:
     return cmd + verl_overrides(config, model_path, train_file, val_file, cpu=cpu)
 
 
-def prepare_model(config: SFTModelConfig, train_file: str | None = None) -> str:
+def prepare_model(config: SFTModelConfig, train_file: str | None = None, texts: list[str] | None = None) -> str:
     """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set (its
-    tokenizer also trained on ``train_file``'s message texts when ``tokenizer_from_data`` is set)."""
+    tokenizer also trained on ``train_file``'s message texts, or on ``texts``, when ``tokenizer_from_data`` is set)."""
     path = Path(config.path)
     if (path / "config.json").is_file():
         return str(path.resolve())
@@ -94,6 +99,8 @@ def prepare_model(config: SFTModelConfig, train_file: str | None = None) -> str:
         corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
         if config.tokenizer_from_data and train_file:
             corpus += data_texts(train_file)
+        if config.tokenizer_from_data and texts:
+            corpus += texts
         print(f"[verlog sft] building a tiny model at {path}", flush=True)
         build_tiny_model(path, corpus=corpus, **dict(config.tiny))
         return str(path.resolve())
@@ -122,16 +129,34 @@ class SFTResult:
 def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str]:
     """Check the data, launch verl's SFT trainer, export ``<output_dir>/model``; ``dry_run`` returns the command.
 
+    Tapes (``data.train`` a tapes folder or file) are selected before the model is prepared (an empty selection is
+    refused first), then replayed into ``<output_dir>/data`` with the model's tokenizer (a dry run writes them too).
+
     Raises:
         SFTDataError / SFTConfigError: before anything is launched.
         SFTRunError: verl's trainer exited with an error or saved no Hugging Face folder.
     """
-    from transformers import AutoTokenizer
-
     config.validate()
-    train_file, val_file = resolve_data(config.data)
-    model_path = prepare_model(config.model, train_file)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    selection: TapeSelection | None = None
+    if is_tapes(config.data.train):
+        selection = select_episodes(config.data.train, config.data.tapes)
+        model_path = prepare_model(config.model, texts=selection.texts())
+        tokenizer = _load_tokenizer(model_path)
+        train_file, val_file, manifest = write_tape_rows(
+            selection, tokenizer, config.data.tapes, Path(config.output_dir) / TAPE_DATA
+        )
+        if config.data.val:
+            val_file = resolve_data(dataclasses.replace(config.data, train=train_file))[1]
+        print(
+            f"[verlog sft] tapes of {config.data.train}: {manifest['counts']['kept']} of "
+            f"{manifest['counts']['episodes']} episodes kept, {manifest['rows_train']} train rows, "
+            f"{manifest['rows_val']} val rows in {Path(config.output_dir) / TAPE_DATA}",
+            flush=True,
+        )
+    else:
+        train_file, val_file = resolve_data(config.data)
+        model_path = prepare_model(config.model, train_file)
+        tokenizer = _load_tokenizer(model_path)
     report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
     if val_file:
         val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
@@ -141,7 +166,8 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
     if report.rows < config.train.batch_size:
         raise SFTConfigError(
             f"{train_file} has {report.rows} rows, fewer than train.batch_size = {config.train.batch_size}: verl "
-            "drops incomplete batches, so no step would run; lower train.batch_size or make more demos"
+            "drops incomplete batches, so no step would run; lower train.batch_size, or give more rows (more demos or "
+            "taped episodes)"
         )
     t = config.train
     steps_per_epoch = (report.rows // t.nproc) // (t.batch_size // t.nproc)  # each rank drops its incomplete batch
@@ -170,6 +196,20 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
     model_dir = export_hf_model(checkpoint / "huggingface", out / HF_EXPORT, tokenizer_from=model_path)
     print(f"[verlog sft] done in {wall:.0f} s: model in {model_dir} (use it as model.path of `verlog train`)")
     return SFTResult(str(model_dir), str(checkpoint), last_step, losses, val_losses, report, wall, command)
+
+
+def _load_tokenizer(model_path: str) -> Any:
+    """The tokenizer of ``model_path``, or :class:`SFTConfigError` naming model.path when none loads."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SFTConfigError(
+            f"model.path {model_path!r}: no tokenizer loads from it ({reason}); give a model folder with a tokenizer, "
+            "or model.build_tiny=true with a new path"
+        ) from None
 
 
 def _stream(command: list[str], metrics_path: Path) -> tuple[list[float], list[float], int, tuple[str, str] | None]:
