@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.version",
             "verlog.errors",
             "verlog.logs",
+            "verlog.run_folder",
             "verlog.memory",
             "verlog.sampling",
             "verlog.advantage",
@@ -59,6 +60,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("trainer", ("verlog.trainer.*",)),  # everything that touches verl's PPO trainer
+    # hyperparameter sweeps: verlog train's checks (and its dry-run report) before Ray Tune runs it as subprocesses
+    ("sweep", ("verlog.sweep.*",)),
     ("commands", ("verlog.commands.*",)),  # argument parsing of each subcommand; may import anything below
     ("entry points", ("verlog.cli", "verlog.train", "verlog.__main__")),  # the only importers of verlog.commands
 )

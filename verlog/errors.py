@@ -17,3 +17,12 @@ class MemoryUsageError(VerlogError, RuntimeError):
 
 class AdvantageInputError(VerlogError, ValueError):
     """Tensors given to an advantage or loss function with bad shapes, dtypes, masks or links between rows."""
+
+
+class RunFault(VerlogError, RuntimeError):
+    """A fault during a run that is not a bad input (an inference server died, a checkpoint could not be written):
+    the command stops with one line naming what happened and how to resume, exit code 1 (docs/reliability.md)."""
+
+
+class GeneratorDownError(RunFault):
+    """The inference server or engine behind a generator is gone (its process died): no retry can succeed."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -253,7 +254,8 @@ class TurnLogWriter:
     def __init__(self, path: str | Path, append: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a" if append else "w", encoding="utf-8")
+        # unbuffered bytes: each record is one write() of a whole line, so a kill tears at most the line being written
+        self._file: IO[bytes] | None = self.path.open("ab" if append else "wb", buffering=0)
         self.count = 0
 
     def wants(self, episode_id: str) -> bool:
@@ -264,8 +266,9 @@ class TurnLogWriter:
     def write(self, record: TurnLog) -> None:
         if self._file is None:
             raise TurnLogError(f"the turn log {self.path} is closed: open a new TurnLogWriter(append=True)")
-        self._file.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-        self._file.flush()
+        data = (json.dumps(record.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+        while data:
+            data = data[self._file.write(data) or 0 :]
         self.count += 1
 
     def write_all(self, records: Iterable[TurnLog]) -> None:
@@ -287,18 +290,22 @@ class TurnLogWriter:
 
 
 def iter_turn_logs(path: str | Path) -> Iterator[TurnLog]:
-    """The records of a turn-log file in file order (blank lines skipped).
+    """The records of a turn-log file in file order (blank lines skipped). A torn last line (no newline and not
+    JSON: the writer was killed while writing it) is skipped with a warning on stderr.
 
     Raises:
         TurnLogError: a line is not JSON or not a turn record; the message names the file and line.
     """
-    with Path(path).open(encoding="utf-8") as handle:
+    with Path(path).open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 yield TurnLog.from_dict(json.loads(line))
             except json.JSONDecodeError as exc:
+                if not line.endswith("\n"):  # the last line, torn by a kill
+                    print(f"[verlog] {path}: line {number} is torn (its writer was killed): skipped", file=sys.stderr)
+                    return
                 raise TurnLogError(f"{path}:{number}: not valid JSON ({exc.msg}); was the writer interrupted?") from exc
             except TurnLogError as exc:
                 raise TurnLogError(f"{path}:{number}: {exc}") from exc

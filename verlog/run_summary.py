@@ -7,21 +7,21 @@ first and last evaluation. Used by ``verlog train`` at the end of a run and by t
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+from verlog.run_folder import read_jsonl
 
 TRAINING_KEYS = ("env/return_mean", "env/success_rate", "rollout/valid_action_ratio")
 EVAL_KEYS = ("eval/success", "eval/return")
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file (a missing file gives [])."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    """The records of a metrics.jsonl file (a missing file gives []; a torn last line, from a kill, is skipped with a
+    warning on stderr)."""
+    return read_jsonl(path, warn=lambda line: print(f"[verlog] {line}", file=sys.stderr))
 
 
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:

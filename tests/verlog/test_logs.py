@@ -61,15 +61,19 @@ def test_unknown_fields_are_kept_in_extra(tmp_path: Path) -> None:
     assert LogProbStats.of([]) is None and LogProbStats.of(None) is None
 
 
-def test_closed_writer_and_bad_files_give_clear_errors(tmp_path: Path) -> None:
+def test_closed_writer_and_bad_files_give_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     writer = TurnLogWriter(tmp_path / "a.jsonl")
     writer.close()
     with pytest.raises(TurnLogError, match="closed"):
         writer.write(_turn("e", 0))
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(_turn("e", 0).to_dict()) + '\n{"format": "verlog.turnlog/1", "episo')
+    bad.write_text(json.dumps(_turn("e", 0).to_dict()) + '\n{"format": "verlog.turnlog/1", "episo\n')
     with pytest.raises(TurnLogError, match=r"bad.jsonl:2: not valid JSON"):
         read_turn_logs(bad)
+    # a torn LAST line (no newline: a writer killed in the middle of it) is skipped with a warning, never fatal
+    bad.write_text(json.dumps(_turn("e", 0).to_dict()) + '\n{"format": "verlog.turnlog/1", "episo')
+    assert [r.turn for r in read_turn_logs(bad)] == [0]
+    assert "line 2 is torn" in capsys.readouterr().err
     bad.write_text(json.dumps({"format": "other/2", "episode_id": "e", "turn": 0}) + "\n")
     with pytest.raises(TurnLogError, match=r"bad\.jsonl:1: not a verlog turn record"):
         read_turn_logs(bad)

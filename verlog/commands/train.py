@@ -19,6 +19,21 @@ import sys
 from collections.abc import Sequence
 
 EXIT_USAGE = 2
+EXIT_FAULT = 1
+"""A fault during the run (an inference server died, a checkpoint could not be written): not a bad input."""
+
+
+def resume_hint(cfg: object) -> str:
+    """How to go on after a fault: the run's last complete checkpoint, if any."""
+    from pathlib import Path
+
+    from verlog.run_folder import latest_step
+
+    out = getattr(cfg, "output_dir", None)
+    step = latest_step(Path(out) / "checkpoints") if out else None
+    if step is None:
+        return "no checkpoint was saved, so start the run again (--overwrite replaces its outputs)"
+    return f"resume from the last complete checkpoint (iteration {step}) with checkpoint.resume=auto"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -56,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from verlog.commands.common import import_user_modules
     from verlog.config.compose import load_config, moved_config_note, moved_config_path
     from verlog.config.preflight import check_output_dir, preflight
-    from verlog.errors import VerlogError
+    from verlog.errors import RunFault, VerlogError
+    from verlog.run_folder import RunFolderError, RunLock, check_writable, describe_holder, lock_holder
 
     imports = list(getattr(args, "imports", []))
+    lock = RunLock(".")  # replaced by the run folder's once the config is known; released on every way out
+    cfg = None  # the checked config (resume_hint reads its output_dir)
     moved = moved_config_path(args.config_dir) if args.config_dir is not None else None
     if moved is not None:  # a path typed before the configs moved to configs/ (issue 25)
         print(moved_config_note(args.config_dir, moved), file=sys.stderr, flush=True)
@@ -69,26 +87,40 @@ def run(args: argparse.Namespace) -> int:
         if args.print_config:
             print(OmegaConf.to_yaml(composed, resolve=True))
             return 0
-        cfg = preflight(composed, imports)
+        cfg = preflight(composed, imports, overwrite=getattr(args, "overwrite", False))
+        lock = RunLock(cfg.output_dir)
         if getattr(args, "dry_run", False):
+            holder = lock_holder(cfg.output_dir)
+            if holder is not None:
+                raise RunFolderError(
+                    f"output_dir={cfg.output_dir} is in use by another run ({describe_holder(holder)}): the launch "
+                    "would stop there; wait for it to end or stop it, or train into another output_dir"
+                )
             from verlog.trainer.dry_run import describe_run
 
             shown = [f"--import={m}" for m in imports]  # in the command it prints
             print(describe_run(cfg, [*shown, *args.overrides], args.config_dir, args.config_name), flush=True)
             return 0
+        # the run folder's lock (verlog/run_folder.py) before anything in the folder is read for the launch or
+        # deleted (--overwrite): a second run into a folder in use stops here, naming the process that holds it
+        check_writable(cfg.output_dir)
+        took_over = lock.acquire()
+        if took_over:
+            print(f"[verlog] {took_over}", flush=True)
         removed = check_output_dir(cfg, getattr(args, "overwrite", False))
         if removed:
             print(f"[verlog] --overwrite: removed {', '.join(str(p) for p in removed)}", flush=True)
-    except VerlogError as exc:
-        print(f"verlog train: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from verlog.trainer import runner
+        from verlog.trainer import runner
 
-    try:
         runner.train(cfg)
-    except VerlogError as exc:  # a setting verl would fail on later (the verl: section): the message names it
+    except RunFault as exc:  # a fault during the run (docs/reliability.md): what died, and how to resume
+        print(f"verlog train: error: {exc}; {resume_hint(cfg)}", file=sys.stderr)
+        return EXIT_FAULT
+    except VerlogError as exc:  # a bad setting, a folder in use; or one verl would fail on later (the verl: section)
         print(f"verlog train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        lock.release()
     return 0
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from verlog.errors import GeneratorDownError
 from verlog.sampling import SamplingConfig
 
 __all__ = [
@@ -88,7 +89,14 @@ class VerlServerGenerator:
     async def _generate_all(
         self, requests: list[GenerationRequest], sampling: SamplingConfig
     ) -> list[GenerationResult]:
-        return await asyncio.gather(*(self._one(r, sampling) for r in requests), return_exceptions=True)
+        results = await asyncio.gather(*(self._one(r, sampling) for r in requests), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and server_is_gone(result):
+                raise GeneratorDownError(
+                    f"the inference server died during generation ({type(result).__name__}: "
+                    f"{_first_line(result)}); the run cannot go on without it"
+                ) from result
+        return results
 
     async def _one(self, request: GenerationRequest, sampling: SamplingConfig) -> Generation:
         params = {
@@ -103,6 +111,29 @@ class VerlServerGenerator:
         output = await asyncio.wait_for(call, self.timeout) if self.timeout else await call
         log_probs = list(output.log_probs) if output.log_probs is not None else None
         return Generation(token_ids=list(output.token_ids), log_probs=log_probs)
+
+
+SERVER_GONE = frozenset({"ActorDiedError", "RayActorError", "ActorUnavailableError", "EngineDeadError"})
+"""Exception classes (by name, anywhere in the class hierarchy or the cause chain) that mean the server process is gone:
+Ray's for a dead server actor, vLLM's for a dead engine core. A request that failed otherwise (a timeout, a bad
+request) is retried as usual."""
+
+
+def server_is_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` (or one it was raised from) says the inference server's process died."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(cls.__name__ in SERVER_GONE for cls in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
 
 
 class TransformersGenerator:
@@ -192,6 +223,10 @@ class VllmEngineGenerator:
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as exc:
+            if server_is_gone(exc):  # the engine core process died: every later call would fail too
+                raise GeneratorDownError(
+                    f"the vLLM engine died during generation ({type(exc).__name__}: {_first_line(exc)})"
+                ) from exc
             return [exc for _ in requests]
         results: list[GenerationResult] = []
         for out in outputs:

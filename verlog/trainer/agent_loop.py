@@ -11,6 +11,7 @@ the batch's ``meta_info["global_steps"]``; the trainer asks for it by that numbe
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from verl.utils.model import compute_position_id_with_mask
 from verlog.errors import VerlogError
 from verlog.rollout.batch import TurnBatch
 from verlog.rollout.manager import RolloutManager
+from verlog.run_folder import pause_point
 
 
 @dataclass
@@ -57,11 +59,12 @@ class VerlogAgentLoopManager(AgentLoopManager):
         expected = self.rollout.num_slots * self.turns_per_slot
         if len(prompts) != expected:
             raise VerlogError(f"the trainer asked for {len(prompts)} rows, the rollout gives {expected}")
+        step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
+        pause_point("rollout", step, os.path.dirname(str(self.config.trainer.default_local_dir)))
         start_episodes = self.rollout.current_episodes()
         t0 = time.perf_counter()
         batch = self.rollout.collect(self.turns_per_slot)
         elapsed = time.perf_counter() - t0
-        step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
         log = {
             "start_episodes": start_episodes,
             "rows": len(batch),

@@ -15,7 +15,6 @@ curve is paired by seed), disjoint from every seed training's slots start with o
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -31,6 +30,7 @@ from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # i
 from verlog.eval.training import eval_protocol
 from verlog.memory import MemoryConfig
 from verlog.rollout.generator import Generator
+from verlog.run_folder import append_jsonl
 from verlog.sampling import SamplingConfig
 from verlog.tapes import TapesConfig
 
@@ -222,6 +222,4 @@ class TrainingEvaluator:
         path = os.path.join(self.output_dir, EPISODES_FILE)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         extra = {"family": family} if family else {}
-        with open(path, "a") as f:
-            for rec in records:
-                f.write(json.dumps({"iteration": iteration, **extra, **rec.to_dict()}) + "\n")
+        append_jsonl(path, [{"iteration": iteration, **extra, **rec.to_dict()} for rec in records])

@@ -30,15 +30,16 @@ built, that the installed verl still calls each one as 0.9.1 does.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
+import shutil
 import time
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
+from omegaconf import open_dict
 from torch.utils.data import Dataset, SequentialSampler
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor
@@ -50,13 +51,22 @@ from verl.utils.model import compute_position_id_with_mask
 from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
-from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.build import build_rollout
+from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.manager import RolloutManager
+from verlog.run_folder import (
+    ROLLOUT_STATE_FILE,
+    RunFolderError,
+    append_jsonl,
+    commit_checkpoint,
+    incoming_root,
+    latest_step,
+    pause_point,
+    step_folder,
+)
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.seams import check_seams
 
-ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
 BOOTSTRAP_GAP_WARN = 1e-3
 """A larger gap between the bootstrap values and an ordinary critic call on the same prompt is printed as a warning.
 In fp32 on a CPU both calls agree to float noise; bf16 kernels may differ by more without any fault."""
@@ -316,9 +326,36 @@ class VerlogPPOTrainer(RayPPOTrainer):
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _save_checkpoint(self) -> None:
-        super()._save_checkpoint()
-        with open(os.path.join(self._step_folder(), ROLLOUT_STATE_FILE), "wb") as f:
-            pickle.dump(self.rollout.state_dict(), f)
+        """verl's checkpoint and the env slots' state, written into ``checkpoints/.incoming/`` and made the latest
+        only once complete (:func:`verlog.run_folder.commit_checkpoint`): a kill while it is written leaves the
+        previous checkpoint the latest one."""
+        trainer_cfg = self.config.trainer
+        checkpoints = str(trainer_cfg.default_local_dir)
+        incoming = incoming_root(checkpoints)
+        shutil.rmtree(incoming, ignore_errors=True)  # what a killed save left (recover_checkpoints says so at start)
+        step = int(self.global_steps)
+        try:
+            with open_dict(trainer_cfg):
+                trainer_cfg.default_local_dir = str(incoming)  # verl reads it for every path of its save
+            try:
+                super()._save_checkpoint()
+            finally:
+                with open_dict(trainer_cfg):
+                    trainer_cfg.default_local_dir = checkpoints
+            folder = step_folder(incoming, step)
+            with open(folder / ROLLOUT_STATE_FILE, "wb") as f:
+                pickle.dump(self.rollout.state_dict(), f)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            shutil.rmtree(incoming, ignore_errors=True)
+            raise RunFolderError(
+                f"writing the checkpoint of iteration {step} failed ({exc.strerror or exc}); the latest complete "
+                f"checkpoint is still iteration {latest_step(checkpoints)}: free space and resume (checkpoint.resume="
+                "auto)"
+            ) from exc
+        pause_point("checkpoint", step, self.settings.output_dir)
+        commit_checkpoint(checkpoints, step)
 
     def _load_checkpoint(self) -> Any:
         """verl's checkpoint loading, then the env slots' state (a resumed run) and :meth:`_on_fit_start`.
@@ -434,12 +471,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
         out = self.settings.output_dir
         os.makedirs(out, exist_ok=True)
         record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
-        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(os.path.join(out, "metrics.jsonl"), [record])  # one write per line: a kill tears at most one
         this_rollout = self.async_rollout_manager.rollout_at(step) if rollout else None
         if this_rollout is not None:
-            with open(os.path.join(out, "rollout.jsonl"), "a") as f:
-                f.write(json.dumps({"step": step, **this_rollout.log}) + "\n")
+            append_jsonl(os.path.join(out, "rollout.jsonl"), [{"step": step, **this_rollout.log}])
 
 
 def _plain(v: Any) -> Any:

@@ -101,6 +101,33 @@ def build_trainer(verl_cfg: DictConfig) -> Any:
     )
 
 
+def prepare_resume(cfg: TrainConfig) -> int | None:
+    """Before a (re)start in ``cfg.output_dir`` (its lock held): remove what a kill left half-written
+    (:func:`verlog.run_folder.recover_checkpoints`) and, when the run resumes, move the log records of iterations
+    after the resumed checkpoint to ``superseded/`` (:func:`verlog.run_folder.cut_logs`); one line each.
+
+    Returns: the iteration the run resumes from, None for a fresh run."""
+    from verlog.run_folder import cut_logs, latest_step, recover_checkpoints
+
+    out = Path(cfg.output_dir)
+    checkpoints = out / "checkpoints"
+    lines = recover_checkpoints(checkpoints)
+    resume = cfg.checkpoint.resume
+    if resume == "disable":
+        step = None
+    elif resume == "auto":
+        step = latest_step(checkpoints)
+        if step is None and lines:  # the only checkpoint was incomplete: a fresh start, nothing of the old logs stays
+            lines += cut_logs(out, -1)
+    else:
+        step = int(Path(resume).name.removeprefix("global_step_"))
+    if step is not None:
+        lines += cut_logs(out, step)
+    for line in lines:
+        print(f"[verlog] {line}", flush=True)
+    return step
+
+
 def train(cfg: TrainConfig) -> Path:
     """Train with verlog's checked config ``cfg`` (:func:`verlog.config.preflight`); returns the output folder
     (checkpoints, metrics.jsonl, config.yaml)."""
@@ -118,6 +145,7 @@ def train(cfg: TrainConfig) -> Path:
     OmegaConf.resolve(verl_cfg)
     OmegaConf.save(OmegaConf.structured(with_abs), out / "config.yaml")
     OmegaConf.save(verl_cfg, out / "verl_config.yaml")
+    prepare_resume(with_abs)
     _init_ray(with_abs, verl_cfg)
     import ray
 

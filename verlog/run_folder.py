@@ -1,0 +1,424 @@
+"""A training run's folder made crash-safe: a lock, checkpoints that become the latest only when complete, and logs
+that a kill cannot leave in a state a resume would trip on (docs/reliability.md).
+
+- :class:`RunLock`: ``<output_dir>/run.lock``, an exclusive ``flock`` held by the ``verlog train`` process for its
+  life. The kernel releases it when the process dies, however it dies, so a killed run leaves no lock to clean; the
+  file keeps the holder's pid, host, start time and command, so a second run names the one in its way.
+- Checkpoints: verl writes each checkpoint into ``checkpoints/.incoming/`` (:func:`incoming_root`); once every
+  file is there, :func:`commit_checkpoint` renames the folder into ``checkpoints/`` and then, last, rewrites
+  ``latest_checkpointed_iteration.txt`` (a temporary file renamed over it). A kill at any point leaves the previous
+  checkpoint the latest one; :func:`recover_checkpoints` (at the next start) removes a half-written checkpoint and
+  says so in one line.
+- Logs: :func:`append_jsonl` writes each record as one ``write`` of a whole line; :func:`read_jsonl` skips a torn
+  last line (a kill in the middle of a write) and reports it; :func:`cut_logs` (at a resume) moves the records of
+  iterations after the resumed checkpoint, and any torn line, to ``superseded/``, so no iteration appears twice and
+  nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from verlog.errors import VerlogError
+
+LOCK_FILE = "run.lock"
+CHECKPOINTS = "checkpoints"
+TRACKER = "latest_checkpointed_iteration.txt"
+INCOMING = ".incoming"
+SUPERSEDED = "superseded"
+ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
+CHECKPOINT_FILES = ("actor", "data.pt", ROLLOUT_STATE_FILE)
+"""What every complete checkpoint folder holds (plus ``critic`` in runs with a critic)."""
+STEP_LOGS: tuple[tuple[str, str], ...] = (
+    ("metrics.jsonl", "step"),
+    ("rollout.jsonl", "step"),
+    ("tapes/train.jsonl", "iteration"),
+    ("tapes/eval.jsonl", "iteration"),
+    ("eval/episodes.jsonl", "iteration"),
+)
+"""The run's JSON-lines logs and the key that holds each record's iteration."""
+
+
+class RunFolderError(VerlogError):
+    """The run folder cannot be used: another live run holds it, or it cannot be written."""
+
+
+# ------------------------------------------------------------------------------------------------ lock
+class RunLock:
+    """The exclusive lock of one run folder, held from :meth:`acquire` to :meth:`release` (or the process's end).
+
+    Args:
+        folder: the run's ``output_dir`` (created if missing).
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> str | None:
+        """Take the lock; returns a line to print when it was left by a run that stopped without releasing it.
+
+        Raises:
+            RunFolderError: a live process holds it (named), or the folder cannot be written.
+        """
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunFolderError(f"output_dir={folder} cannot be written ({_os_reason(exc)}): {_WRITABLE_FIX}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunFolderError(
+                f"output_dir={folder} is in use by another run ({describe_holder(holder)}): wait for it to end "
+                "or stop it, or train into another output_dir"
+            ) from None
+        previous = _read_holder(fd)
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv),
+            "released": False,
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        self._fd = fd
+        if previous and not previous.get("released", True):
+            return (
+                f"output_dir={folder}: took over the lock of a run that stopped without releasing it "
+                f"({describe_holder(previous)}; no process holds it now)"
+            )
+        return None
+
+    def release(self) -> None:
+        """Mark the lock released and let it go (idempotent)."""
+        if self._fd is None:
+            return
+        try:
+            holder = _read_holder(self._fd) or {}
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps({**holder, "released": True}) + "\n").encode(), 0)
+        except OSError:
+            pass  # the lock goes with the descriptor anyway
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_holder(folder: str | Path) -> dict[str, Any] | None:
+    """The live process holding ``folder``'s lock (its record), or None when no process holds it. Reads only."""
+    path = Path(folder) / LOCK_FILE
+    if not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd) or {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "a process that left no record"
+    parts = [f"pid {holder.get('pid', '?')}"]
+    if holder.get("host"):
+        parts.append(f"on {holder['host']}")
+    if holder.get("started"):
+        parts.append(f"started {holder['started']}")
+    if holder.get("command"):
+        parts.append(f"`{holder['command']}`")
+    return ", ".join(parts)
+
+
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    try:
+        data = os.pread(fd, 65536, 0).decode("utf-8", "replace").strip()
+        found = json.loads(data) if data else None
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+_WRITABLE_FIX = "give an output_dir you can write to (check its permissions and free space)"
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "the disk is full"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied" if exc.errno != errno.EROFS else "read-only file system"
+    return exc.strerror or type(exc).__name__
+
+
+def check_writable(folder: str | Path) -> None:
+    """Create ``folder`` if needed and write and remove a probe file there.
+
+    Raises:
+        RunFolderError: it cannot be created or written (the reason: permissions, a full disk, a file in the way).
+    """
+    folder = Path(folder)
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise RunFolderError(f"output_dir={folder}: {parent} is a file, not a folder: {_WRITABLE_FIX}")
+            break
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise RunFolderError(f"output_dir={folder} cannot be written ({_os_reason(exc)}): {_WRITABLE_FIX}") from exc
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def incoming_root(checkpoints: str | Path) -> Path:
+    """Where a checkpoint is written before it is complete (``checkpoints/.incoming``)."""
+    return Path(checkpoints) / INCOMING
+
+
+def step_folder(root: str | Path, step: int) -> Path:
+    return Path(root) / f"global_step_{step}"
+
+
+def latest_step(checkpoints: str | Path) -> int | None:
+    """The iteration ``latest_checkpointed_iteration.txt`` names, or None."""
+    tracker = Path(checkpoints) / TRACKER
+    try:
+        return int(tracker.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def missing_files(folder: str | Path, critic: bool | None = None) -> list[str]:
+    """What a complete checkpoint folder would hold and ``folder`` lacks (``critic``: None = not checked)."""
+    folder = Path(folder)
+    need = list(CHECKPOINT_FILES) + (["critic"] if critic else [])
+    return [name for name in need if not (folder / name).exists()]
+
+
+def commit_checkpoint(checkpoints: str | Path, step: int) -> Path:
+    """Make the complete checkpoint ``.incoming/global_step_<step>`` the latest: rename it into ``checkpoints/``
+    (a folder of that name from an abandoned branch of the run moves to ``superseded/``), then rewrite the tracker.
+
+    Raises:
+        RunFolderError: the incoming folder is not complete, or the disk refused the rename or the tracker.
+    """
+    checkpoints = Path(checkpoints)
+    source = step_folder(incoming_root(checkpoints), step)
+    lacking = missing_files(source)
+    if lacking:
+        raise RunFolderError(f"checkpoint {source} is not complete (no {', '.join(lacking)}): it was not made latest")
+    target = step_folder(checkpoints, step)
+    try:
+        if target.exists():
+            _move_aside(target, checkpoints.parent)
+        os.rename(source, target)
+        write_atomically(checkpoints / TRACKER, str(step))
+    except OSError as exc:
+        raise RunFolderError(
+            f"checkpoint of iteration {step} could not be made latest ({_os_reason(exc)}); the latest complete "
+            f"checkpoint is still iteration {latest_step(checkpoints)}: free space and resume (checkpoint.resume=auto)"
+        ) from exc
+    return target
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, flush it to disk, and rename it over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def recover_checkpoints(checkpoints: str | Path, critic: bool | None = None) -> list[str]:
+    """Before a run starts in a folder a kill may have stopped: remove half-written checkpoints from
+    ``.incoming/`` and, if the tracker names a folder that is missing or incomplete (a checkpoint written by a verlog
+    without staging), move that folder to ``superseded/`` and point the tracker at the latest complete one.
+
+    Returns: one line per thing done (for the user), empty when there was nothing to do.
+    """
+    checkpoints = Path(checkpoints)
+    lines: list[str] = []
+    latest = latest_step(checkpoints)
+    incoming = incoming_root(checkpoints)
+    if incoming.is_dir():
+        for folder in sorted(incoming.iterdir()):
+            shutil.rmtree(folder, ignore_errors=True)
+            then = (
+                f"resuming from the last complete one, global_step_{latest}"
+                if latest is not None
+                else "no complete checkpoint exists, so this run starts fresh"
+            )
+            lines.append(
+                f"the checkpoint {folder.name} was being written when the run stopped and is incomplete: "
+                f"removed; {then}"
+            )
+        shutil.rmtree(incoming, ignore_errors=True)
+    if latest is None:
+        return lines
+    current = step_folder(checkpoints, latest)
+    lacking = ["the folder"] if not current.is_dir() else missing_files(current, critic)
+    if not lacking:
+        return lines
+    complete = [
+        step
+        for step in _steps(checkpoints)
+        if step != latest and not missing_files(step_folder(checkpoints, step), critic)
+    ]
+    fallback = max(complete) if complete else None
+    if current.is_dir():
+        moved = _move_aside(current, checkpoints.parent)
+        where = f"moved to {moved}"
+    else:
+        where = "missing"
+    if fallback is None:
+        (checkpoints / TRACKER).unlink()
+        lines.append(
+            f"the latest checkpoint global_step_{latest} is incomplete (no {', '.join(lacking)}; {where}) and no "
+            "earlier complete checkpoint exists: this run starts fresh"
+        )
+    else:
+        write_atomically(checkpoints / TRACKER, str(fallback))
+        lines.append(
+            f"the latest checkpoint global_step_{latest} is incomplete (no {', '.join(lacking)}; {where}): "
+            f"resuming from the last complete one, global_step_{fallback}"
+        )
+    return lines
+
+
+def _steps(checkpoints: Path) -> list[int]:
+    out = []
+    for p in checkpoints.glob("global_step_*"):
+        tail = p.name.removeprefix("global_step_")
+        if p.is_dir() and tail.isdigit():
+            out.append(int(tail))
+    return sorted(out)
+
+
+def _move_aside(path: Path, run_folder: Path) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = run_folder / SUPERSEDED / f"{path.name}-{stamp}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(path, target)
+    return target
+
+
+# ------------------------------------------------------------------------------------------------ logs
+def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append each record as one JSON line, each line one ``write`` (a kill can tear at most the line being written,
+    never interleave two)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for record in records:
+            data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file ([] when missing). A torn last line (no newline, not JSON: a writer killed
+    in the middle) is skipped and reported through ``warn``; a bad line elsewhere raises ``ValueError`` naming it."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    text = p.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # the last line has no newline: torn by a kill
+                if warn is not None:
+                    warn(f"{p}: line {number} is torn (a writer was killed while writing it): skipped")
+                break
+            raise ValueError(f"{p}:{number}: not valid JSON ({exc.msg})") from exc
+    return out
+
+
+def cut_logs(run_folder: str | Path, step: int) -> list[str]:
+    """A resume from the checkpoint of iteration ``step``: in each of the run's logs (:data:`STEP_LOGS`), the records
+    of later iterations, and torn lines, move to ``superseded/<log path>`` (appended), so the resumed run logs each
+    iteration once. Returns one line per log that changed."""
+    run_folder = Path(run_folder)
+    lines: list[str] = []
+    for name, key in STEP_LOGS:
+        path = run_folder / name
+        if not path.is_file():
+            continue
+        kept, cut = [], []
+        for raw in path.read_bytes().split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+                later = isinstance(record, dict) and isinstance(record.get(key), int) and record[key] > step
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                later = True  # a torn line: never kept where readers expect whole records
+            (cut if later else kept).append(raw)
+        if not cut:
+            continue
+        aside = run_folder / SUPERSEDED / name
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        with open(aside, "ab") as f:
+            f.write(b"".join(r + b"\n" for r in cut))
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(b"".join(r + b"\n" for r in kept))
+        os.replace(tmp, path)
+        lines.append(
+            f"{name}: {len(cut)} record(s) of iterations after {step} (or torn by the kill) moved to "
+            f"{aside.relative_to(run_folder)}"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ tests' kill points
+PAUSE_ENV = "VERLOG_TEST_PAUSE"
+"""``<where>:<iteration>`` (``rollout:4``, ``checkpoint:4``): the kill tests' hook (tests/verlog/trainer/
+test_kill_e2e.py). Unset in every real run."""
+
+
+def pause_point(where: str, step: int, run_folder: str | Path) -> None:
+    """With ``VERLOG_TEST_PAUSE=<where>:<step>``, write ``<run_folder>/paused-<where>-<step>`` and sleep for good:
+    the test that set it kills the run at this point."""
+    if os.environ.get(PAUSE_ENV) != f"{where}:{step}":
+        return
+    import time
+
+    Path(run_folder, f"paused-{where}-{step}").write_text(str(os.getpid()))
+    while True:
+        time.sleep(60)
