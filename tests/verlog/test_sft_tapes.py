@@ -88,8 +88,8 @@ def _evaluation(folder: Path, tokenizer: Any, tiny_model: Path, monkeypatch: pyt
     """`verlog eval --log-turns` of the scripted model (memory n = 1: the tapes' own setting) into ``folder``."""
     fake = LoadedModel(ScriptedGenerator(tokenizer), tokenizer, tiny_model, "scripted", "auto", "cpu")
     monkeypatch.setattr("verlog.eval.load_model", lambda *args, **kwargs: fake)
-    args = ["eval", "--model", str(tiny_model), "--tasks", ENV_ID, "--episodes", str(SLOTS), "--seed-start",
-            str(SEED), "--max-steps", "5", "--max-tokens", "32", "--log-turns", "--quiet", "--out", str(folder)]  # fmt: skip
+    args = ["eval", "--model", str(tiny_model), "--tasks", ENV_ID, "--episodes", str(SLOTS), "--quiet"]
+    args += ["--seed-start", str(SEED), "--max-steps", "5", "--max-tokens", "32", "--log-turns", "--out", str(folder)]
     assert main(args) == 0
 
 
@@ -156,9 +156,17 @@ def _tape(path: Path, episodes: list[dict[str, Any]]) -> None:
             for t, reward in enumerate(e["rewards"]):
                 last = t == n - 1
                 writer.write(
-                    TurnLog(e["id"], t, env_id=e.get("env_id", ENV_ID), seed=1, reward=reward, source="train",
-                            iteration=e["iteration"], terminated=last and e.get("finished", True),
-                            success=e["success"] if last else None)  # fmt: skip
+                    TurnLog(
+                        e["id"],
+                        t,
+                        env_id=e.get("env_id", ENV_ID),
+                        seed=1,
+                        reward=reward,
+                        source="train",
+                        iteration=e["iteration"],
+                        terminated=last and e.get("finished", True),
+                        success=e["success"] if last else None,
+                    )
                 )
 
 

@@ -1,0 +1,274 @@
+"""The results of the self-improvement recipe (recipes/cpu/self_improve_babyai.sh): run folder -> markdown + JSON.
+
+The recipe's run folder holds the start model's evaluation (``eval_sft``), and per round ``r``: ``collect_<r>`` (the
+current model played on training seeds, with tapes), ``self_sft_<r>`` (SFT on the successful episodes of those tapes;
+``self_sft_<r>/data/tapes.json`` says what was kept) and ``eval_self_<r>`` (the fine-tuned model on the evaluation
+seeds, the same for every model). :func:`collect` reads them; every number comes from the per-episode records
+(``episodes.jsonl``): success rate and mean return with 95% percentile-bootstrap intervals
+(:func:`verlog.eval.bootstrap_mean_ci`), and each round against the start and against the round before, paired by seed
+(:func:`verlog.eval.compare_records`). Rounds not run yet are left out, so a partial run can be read too.
+
+    .venv/bin/python bench/self_improve.py outputs/self-improve-babyai --out docs/results_self_improve.md
+
+A report writer of one recipe, so it lives here and not in the library; tests load it by file path
+(tests/bench/test_self_improve.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verlog.errors import VerlogError
+from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
+
+REPO = Path(__file__).resolve().parents[1]
+START_EVAL = "eval_sft"
+ROUND_DIR = re.compile(r"^(?:collect|self_sft|eval_self)_(\d+)$")  # a round's stage folders
+
+
+class SelfImproveResultsError(VerlogError, ValueError):
+    """A run folder that cannot be read as the recipe writes it (the message names the folder and the fix)."""
+
+
+@dataclass
+class Evaluation:
+    """One model on the evaluation seeds: its records, success rate and mean return with 95% intervals."""
+
+    name: str
+    records: list[EpisodeRecord]
+    success: Interval
+    ret: Interval
+    valid_action_rate: float
+
+
+@dataclass
+class Round:
+    """One round of the loop: what the current model collected, what SFT kept, the fine-tuned model's evaluation."""
+
+    number: int
+    collected: int = 0  # episodes played on the round's training seeds
+    collected_success: float | None = None  # their success rate
+    kept: int | None = None  # episodes SFT kept (data/tapes.json)
+    rows: int | None = None  # SFT rows made from them
+    evaluation: Evaluation | None = None
+    vs_start: tuple[Interval, Interval] | None = None  # (success, return) minus the start model's, paired
+    vs_previous: tuple[Interval, Interval] | None = None  # minus the round before (round 1: the start)
+
+
+@dataclass
+class SelfImproveResults:
+    run_dir: Path
+    settings: dict[str, str]
+    start: Evaluation | None
+    rounds: list[Round] = field(default_factory=list)
+    paired: bool = True  # every comparison paired by seed (the same evaluation episodes)
+
+
+def _evaluation(folder: Path, name: str, n_resamples: int, seed: int) -> Evaluation | None:
+    if not (folder / "episodes.jsonl").is_file():
+        return None
+    # sorted by (env id, seed): the bootstrap depends on the order of the sample, the file's order on the run
+    records = sorted(read_episode_records(folder), key=lambda r: (r.env_id, r.seed, r.episode_index))
+    if not records:
+        return None
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    steps = sum(r.num_steps for r in records)
+    return Evaluation(
+        name,
+        records,
+        bootstrap_mean_ci([float(r.success) for r in records], **kw),
+        bootstrap_mean_ci([r.episode_return for r in records], **kw),
+        sum(r.valid_actions for r in records) / steps if steps else 0.0,
+    )
+
+
+def _settings(run: Path) -> dict[str, str]:
+    path = run / "settings.env"
+    if not path.is_file():
+        return {}
+    pairs = (line.partition("=") for line in path.read_text(encoding="utf-8").splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
+def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) -> SelfImproveResults:
+    """Read a self-improvement run folder (rounds not run yet are left out)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise SelfImproveResultsError(
+            f"run folder {str(run)!r} does not exist; run recipes/cpu/self_improve_babyai.sh (OUTPUT_DIR=...) first"
+        )
+    kw = {"n_resamples": n_resamples, "seed": seed}
+    start = _evaluation(run / START_EVAL, "SFT (start)", **kw)
+    results = SelfImproveResults(run, _settings(run), start)
+    numbers = sorted({int(m.group(1)) for p in run.iterdir() if (m := ROUND_DIR.match(p.name))})
+    previous = start
+    for number in numbers:
+        rnd = Round(number)
+        collected = _evaluation(run / f"collect_{number}", "collected", **kw)
+        if collected is not None:
+            rnd.collected, rnd.collected_success = len(collected.records), collected.success.estimate
+        manifest = run / f"self_sft_{number}" / "data" / "tapes.json"
+        if manifest.is_file():
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            rnd.kept, rnd.rows = int(data["counts"]["kept"]), int(data["rows_train"]) + int(data["rows_val"])
+        rnd.evaluation = _evaluation(run / f"eval_self_{number}", f"round {number}", **kw)
+        if rnd.evaluation is not None:
+            for base, slot in ((start, "vs_start"), (previous, "vs_previous")):
+                if base is not None:
+                    success, paired = compare_records(rnd.evaluation.records, base.records, "success", **kw)
+                    ret, _ = compare_records(rnd.evaluation.records, base.records, "return", **kw)
+                    setattr(rnd, slot, (success, ret))
+                    results.paired &= paired
+            previous = rnd.evaluation
+        results.rounds.append(rnd)
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ markdown
+def _pct(ci: Interval) -> str:
+    return f"{100 * ci.estimate:.1f}% [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+
+def _pts(ci: Interval) -> str:
+    return f"{100 * ci.estimate:+.1f} points [{100 * ci.low:+.1f}, {100 * ci.high:+.1f}]"
+
+
+def _num(ci: Interval) -> str:
+    return f"{ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+
+
+def _diff(ci: Interval) -> str:
+    return f"{ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]"
+
+
+def shown_path(value: str | Path) -> str:
+    """``value`` relative to the repository when it lies inside it (committed results name no machine's folders)."""
+    path = Path(str(value))
+    if path.is_absolute():
+        try:
+            return str(path.resolve().relative_to(REPO))
+        except ValueError:
+            return str(value)
+    return str(value)
+
+
+def render_markdown(results: SelfImproveResults) -> str:
+    """The results page: settings, each model's success and return, each round's gain with its paired interval."""
+    s = {k: shown_path(v) if v.startswith("/") else v for k, v in results.settings.items()}
+    smoke = s.get("SMOKE") == "1"
+    lines = [
+        f"# Self-improvement on {s.get('ENV_ID', 'babyai/goto')}: keep the successful episodes, fine-tune, repeat",
+        "",
+        f"Written by `bench/self_improve.py` from the run folder `{shown_path(results.run_dir)}` of "
+        "`recipes/cpu/self_improve_babyai.sh`"
+        + (" (**SMOKE=1: tiny budgets, the numbers mean nothing**)" if smoke else "")
+        + ". Each round the current model plays episodes on training seeds with tapes (`verlog eval --log-turns`), "
+        "`verlog sft` fine-tunes it on the successful ones (`data.train=<tapes> data.tapes.success_only=true`, the "
+        "prompts rebuilt with the evaluation's memory settings), and the result is evaluated on the evaluation seeds, "
+        "the same episodes for every model. Intervals are 95% percentile bootstrap; the gains are paired by seed.",
+        "",
+    ]
+    if s:
+        keys = ("ENV_ID", "MAX_STEPS", "ANSWER_FORMAT", "MEMORY_N", "ROUNDS", "COLLECT_EPISODES", "COLLECT_SEED_START",
+                "EPISODES", "EVAL_SEED_START", "SELF_SFT_STEPS", "SFT_BATCH", "SELF_SFT_LR", "SUCCESS_ONLY",
+                "EVAL_TEMPERATURE", "START_MODEL_PATH")  # fmt: skip
+        shown = ", ".join(f"{k}={s[k]}" for k in keys if s.get(k))
+        lines += [f"Settings: {shown}.", ""]
+    lines += ["| model | episodes | success | mean return | valid actions |", "|---|---|---|---|---|"]
+    evals = ([results.start] if results.start else []) + [r.evaluation for r in results.rounds if r.evaluation]
+    for e in evals:
+        lines.append(
+            f"| {e.name} | {len(e.records)} | {_pct(e.success)} | {_num(e.ret)} | {100 * e.valid_action_rate:.1f}% |"
+        )
+    if not evals:
+        lines.append("| (no evaluation yet) | | | | |")
+    lines += ["", "| round | collected | their success | kept (rows) | success gain vs start | vs the round before |"]
+    lines.append("|---|---|---|---|---|---|")
+    for r in results.rounds:
+        rate = "-" if r.collected_success is None else f"{100 * r.collected_success:.1f}%"
+        kept = "-" if r.kept is None else f"{r.kept} ({r.rows})"
+        gain = _pts(r.vs_start[0]) if r.vs_start else "-"
+        step = _pts(r.vs_previous[0]) if r.vs_previous else "-"
+        lines.append(f"| {r.number} | {r.collected} | {rate} | {kept} | {gain} | {step} |")
+    last = next((r for r in reversed(results.rounds) if r.vs_start), None)
+    lines.append("")
+    if last is None:
+        lines.append("**Verdict:** not measured yet (no round has been evaluated).")
+    else:
+        success, ret = last.vs_start
+        above = success.low > 0
+        lines.append(
+            f"**Verdict:** after {last.number} round(s), success {_pts(success)} and mean return {_diff(ret)} over "
+            f"the start model{'' if results.paired else ' (not paired: the evaluations played different episodes)'}"
+            f"; the interval of the success gain is {'above zero' if above else 'not above zero'}."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def as_dict(results: SelfImproveResults) -> dict[str, Any]:
+    """The numbers as plain JSON data (no per-episode records)."""
+
+    def evaluation(e: Evaluation | None) -> dict[str, Any] | None:
+        if e is None:
+            return None
+        return {
+            "episodes": len(e.records),
+            "success": e.success.as_dict(),
+            "return": e.ret.as_dict(),
+            "valid_action_rate": e.valid_action_rate,
+        }
+
+    def pair(p: tuple[Interval, Interval] | None) -> dict[str, Any] | None:
+        return None if p is None else {"success": p[0].as_dict(), "return": p[1].as_dict()}
+
+    return {
+        "run_dir": shown_path(results.run_dir),
+        "settings": {k: shown_path(v) if v.startswith("/") else v for k, v in results.settings.items()},
+        "start": evaluation(results.start),
+        "paired": results.paired,
+        "rounds": [
+            {
+                "round": r.number,
+                "collected": r.collected,
+                "collected_success": r.collected_success,
+                "kept": r.kept,
+                "rows": r.rows,
+                "evaluation": evaluation(r.evaluation),
+                "vs_start": pair(r.vs_start),
+                "vs_previous": pair(r.vs_previous),
+            }
+            for r in results.rounds
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", help="the recipe's run folder (its OUTPUT_DIR)")
+    parser.add_argument("--out", required=True, help="the markdown to write (the JSON goes next to it)")
+    parser.add_argument("--bootstrap-resamples", type=int, default=10_000, help="resamples of every interval")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap resampling")
+    args = parser.parse_args(argv)
+    try:
+        results = collect(args.run_dir, n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
+    except (VerlogError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(results)
+    out.write_text(text, encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(as_dict(results), indent=2) + "\n", encoding="utf-8")
+    print(text)
+    print(f"[self-improve] wrote {out} and {out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
