@@ -413,12 +413,13 @@ test_kill_e2e.py). Unset in every real run."""
 
 
 def pause_point(where: str, step: int, run_folder: str | Path) -> None:
-    """With ``VERLOG_TEST_PAUSE=<where>:<step>``, write ``<run_folder>/paused-<where>-<step>`` and sleep for good:
-    the test that set it kills the run at this point."""
+    """With ``VERLOG_TEST_PAUSE=<where>:<step>``, write ``<run_folder>/paused-<where>-<step>`` and wait until the test
+    that set it writes ``continue-<where>-<step>`` there (or kills the run, the usual end)."""
     if os.environ.get(PAUSE_ENV) != f"{where}:{step}":
         return
     import time
 
-    Path(run_folder, f"paused-{where}-{step}").write_text(str(os.getpid()))
-    while True:
-        time.sleep(60)
+    folder = Path(run_folder)
+    (folder / f"paused-{where}-{step}").write_text(str(os.getpid()))
+    while not (folder / f"continue-{where}-{step}").exists():
+        time.sleep(0.2)

