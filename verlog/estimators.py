@@ -238,18 +238,23 @@ def group_rollout_problems(cfg: TrainConfig) -> list[Problem]:
                 "rollout.num_slots or lower algorithm.mini_batches",
             )
         )
-    max_steps = cfg.env.kwargs.get("max_steps")
-    if isinstance(max_steps, int) and max_steps > ro.turns_per_slot:
-        problems.append(
-            Problem(
-                "env.kwargs.max_steps",
-                f"algorithm.estimator={estimator} plays whole episodes per iteration, but env.kwargs.max_steps="
-                f"{max_steps} lets an episode run past rollout.turns_per_slot={ro.turns_per_slot}: set "
-                f"rollout.turns_per_slot={max_steps} or env.kwargs.max_steps={ro.turns_per_slot} (an env's own "
-                "limit is checked when the slots start)",
-            )
-        )
-    return problems
+    limit = step_limit_problem(cfg, cfg.env.kwargs.get("max_steps"), "env.kwargs.max_steps")
+    return problems if limit is None else [*problems, limit]
+
+
+def step_limit_problem(cfg: TrainConfig, limit: Any, source: str) -> Problem | None:
+    """The group estimators' rule that an episode ends within its iteration: a step limit ``limit`` (read from
+    ``source``: ``env.kwargs.max_steps``, or the env's own ``max_steps``, which the preflight reads from the built
+    env) above ``rollout.turns_per_slot`` is a problem; None when it is not (or ``limit`` is no integer)."""
+    turns = cfg.rollout.turns_per_slot
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= turns:
+        return None
+    return Problem(
+        source if source.startswith("env.") else "rollout.turns_per_slot",
+        f"algorithm.estimator={cfg.algorithm.estimator} plays whole episodes per iteration, but {source}={limit} lets "
+        f"an episode run past rollout.turns_per_slot={turns}: set rollout.turns_per_slot={limit} or "
+        f"env.kwargs.max_steps={turns}",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the estimators

@@ -85,11 +85,9 @@ def test_recipe_dry_run_matches_verlog(script):
     assert not Path(cfg["output_dir"]).exists() or Path(cfg["output_dir"]).is_dir()
 
 
-def test_recipe_takes_settings_from_environment_and_arguments(tmp_path):
+def test_recipe_takes_settings_from_environment_and_arguments(tmp_path, tiny_model):
     out_dir = tmp_path / "run"
-    model = tmp_path / "qwen3b"  # a model folder must exist (the dry run checks model.path), its weights need not
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    model = tiny_model  # a model folder must exist and load (the dry run checks its config, weights and tokenizer)
     cfg, out = dry_run(
         "recipes/babyai/qwen2.5-3b_4xa40.sh",
         "iterations=7",

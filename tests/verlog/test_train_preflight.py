@@ -112,8 +112,7 @@ def _run_folder(path: Path, checkpoint: int | None = None) -> Path:
     path.mkdir(parents=True)
     (path / "metrics.jsonl").write_text('{"step": 1}\n')
     (path / "rollout.jsonl").write_text("{}\n")
-    (path / "tiny-model").mkdir()
-    (path / "tiny-model" / "config.json").write_text("{}")
+    (path / "tiny-model").mkdir()  # where model.build_tiny builds the model (empty: a model there must load)
     if checkpoint is not None:
         (path / "checkpoints" / f"global_step_{checkpoint}").mkdir(parents=True)
         (path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text(str(checkpoint))

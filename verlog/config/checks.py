@@ -287,6 +287,16 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
                 "algorithm.mini_batches",
             )
         )
+    workers = cfg.env.num_workers
+    if workers is not None and not 1 <= workers <= ro.num_slots:
+        problems.append(
+            Problem(
+                "env.num_workers",
+                f"{workers} must be null (one per CPU, at most one per slot) or an integer in [1, rollout.num_slots="
+                f"{ro.num_slots}] (env-pool worker processes; each runs a block of the slots): e.g. "
+                f"env.num_workers={min(max(workers, 1), ro.num_slots)}",
+            )
+        )
     if ranks % cfg.hardware.rollout_tp:
         problems.append(
             Problem(

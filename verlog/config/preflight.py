@@ -13,7 +13,6 @@ rollout checks each real prompt and raises ``PromptTooLongError`` if one does no
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -26,13 +25,13 @@ from omegaconf import DictConfig
 
 from verlog.config.checks import (
     Problem,
-    TrainConfigError,
     check_evaluation,
     config_problems,
     raise_if,
     typed_config,
 )
 from verlog.config.schema import RESUME_MODES, TrainConfig
+from verlog.output_folder import creation_problem
 
 RUN_OUTPUTS = (
     "metrics.jsonl",
@@ -52,19 +51,18 @@ CHARS_PER_TOKEN = 4
 """The prompt-budget estimate without a tokenizer at hand (see the module docstring)."""
 
 
-def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = ()) -> TrainConfig:
+def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwrite: bool = False) -> TrainConfig:
     """Every check of a launch (see the module docstring); :class:`TrainConfigError` with all problems found.
 
     ``imports`` (``--import`` modules, already imported) are added to ``env.imports``, so the run's config.yaml
-    records them and a resume from it imports them again.
+    records them and a resume from it imports them again. ``overwrite`` (``--overwrite``) lets a fresh run start in
+    an ``output_dir`` that holds another run (:func:`output_dir_problems`).
     """
     typed, problems = (cfg, []) if isinstance(cfg, TrainConfig) else typed_config(cfg)
     problems += config_problems(typed, skip=[p.key for p in problems])
     bad = [p.key for p in problems]
     typed.env.imports = [*typed.env.imports, *(m for m in imports if m not in typed.env.imports)]
-    out = Path(typed.output_dir)
-    if out.exists() and not out.is_dir():
-        problems.append(Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for outputs"))
+    problems += output_dir_problems(typed, overwrite)
     problems += check_model(typed)
     problems += check_resume(typed)
     if not any(p.key == "checkpoint.resume" for p in problems):
@@ -119,9 +117,29 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
         try:
             if budget:
                 problems += [Problem(p.key, label + p.message) for p in check_prompt_budget(cfg, env)]
+            problems += _step_limit(cfg, env, env_id, key, kwargs, shared)
         finally:
             env.close()
     return problems
+
+
+def _step_limit(
+    cfg: TrainConfig, env: Any, env_id: str, key: str, kwargs: dict[str, Any], shared: dict[str, Any]
+) -> list[Problem]:
+    """The group estimators' step-limit rule (:func:`verlog.estimators.step_limit_problem`) on the env's own limit,
+    which the rollout reads when the slots start (a limit set in ``env.kwargs`` is checked with the sizes)."""
+    from verlog.estimators import Grouping, get_estimator, step_limit_problem
+
+    try:
+        grouped = get_estimator(cfg.algorithm.estimator).grouping is Grouping.GROUPS
+    except ValueError:  # reported by check_values
+        return []
+    given = kwargs.get("max_steps")
+    if not grouped or (given is not None and given == shared.get("max_steps")):
+        return []
+    source = f"{env_id}'s own step limit (max_steps)" if given is None else f"{key}.kwargs.max_steps"
+    problem = step_limit_problem(cfg, getattr(env, "max_steps", None), source)
+    return [] if problem is None else [problem]
 
 
 def _env_build_problem(cfg: TrainConfig, key: str, label: str, exc: Exception) -> Problem:
@@ -154,44 +172,27 @@ class CharTokenEstimate:
 
 def budget_tokenizer(cfg: TrainConfig) -> tuple[Any, str]:
     """The tokenizer the prompt budget is counted with, and how to name it in a message."""
+    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
+
     folder = Path(cfg.model.path).expanduser()
     if (folder / "tokenizer_config.json").is_file():
         try:
-            from transformers import AutoTokenizer
-
-            return AutoTokenizer.from_pretrained(str(folder)), f"the tokenizer of {folder}"
-        except Exception:  # an unloadable tokenizer is the model check's business, not the budget's
+            return load_chat_tokenizer(folder), f"the tokenizer of {folder}"
+        except ModelFolderError:  # reported by check_model
             pass
     return CharTokenEstimate(), f"an estimate of {CHARS_PER_TOKEN} characters per token"
 
 
 def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
     """The smallest prompt of the env's first turn (instruction + first observation + format instruction, no
-    history) fits ``rollout.max_prompt_tokens``; built with :class:`verlog.memory.SlidingMemory` as the rollout does."""
-    from verlog.errors import PromptTooLongError
-    from verlog.memory import SlidingMemory
+    history) fits ``rollout.max_prompt_tokens`` (:func:`verlog.prompt_budget.budget_problem`)."""
+    from verlog.prompt_budget import budget_problem
 
-    obs, _ = env.reset(seed=cfg.seed)
-    # the first turn has no history, so memory.n and keep_reasoning_turns do not matter here (and may be the subject
-    # of another problem)
-    memory = SlidingMemory.from_config(dataclasses.replace(cfg.memory, n=0, keep_reasoning_turns=0))
-    memory.reset(str(getattr(env, "instruction", "")))
-    memory.observe(getattr(obs, "long_term", str(obs)), getattr(obs, "short_term", ""))
     tokenizer, counted = budget_tokenizer(cfg)
+    option = "rollout.max_prompt_tokens"
     budget = cfg.rollout.max_prompt_tokens
-    try:
-        memory.build_prompt(tokenizer, budget)
-    except PromptTooLongError:
-        need = memory.build_prompt(tokenizer).num_tokens
-        return [
-            Problem(
-                "rollout.max_prompt_tokens",
-                f"{budget} tokens do not hold the first prompt of {cfg.env.id} (its instruction, first observation "
-                f"and the format instruction: {need} tokens, counted with {counted}): raise rollout.max_prompt_tokens "
-                f"to at least {need}, better {2 ** math.ceil(math.log2(need * 2))} to leave room for the history",
-            )
-        ]
-    return []
+    problem = budget_problem(env, str(cfg.env.id), tokenizer, cfg.memory, budget, option, counted, seed=cfg.seed)
+    return [] if problem is None else [Problem(option, problem)]
 
 
 # ------------------------------------------------------------------------------------------------ model, resume
@@ -205,9 +206,10 @@ def check_model(cfg: TrainConfig) -> list[Problem]:
     path = cfg.model.path.strip()
     if not path:
         return []  # reported by check_values
-    if cfg.model.build_tiny:
-        return _check_tiny_target(Path(path).expanduser())
     folder = Path(path).expanduser()
+    if cfg.model.build_tiny:  # a model folder there already is used as it is
+        built = (folder / "config.json").is_file()
+        return check_model_folder(cfg, folder) if built else _check_tiny_target(folder)
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             return [
@@ -217,7 +219,7 @@ def check_model(cfg: TrainConfig) -> list[Problem]:
                     "that holds config.json (e.g. a `verlog sft` run's model/)",
                 )
             ]
-        return []
+        return check_model_folder(cfg, folder)
     if looks_like_a_hub_id(path) and not folder.exists():
         return []  # a Hugging Face id, downloaded (or found in the cache) at launch
     return [
@@ -229,11 +231,30 @@ def check_model(cfg: TrainConfig) -> list[Problem]:
     ]
 
 
+def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:
+    """A local model folder loads as the launch loads it: config.json parses, weights are there, the tokenizer has a
+    chat template, and the prompt budget plus the response fit the model's context (:mod:`verlog.model_folder`)."""
+    from verlog.model_folder import ModelFolderError, context_problem, folder_problems, load_chat_tokenizer
+
+    problems = [Problem("model.path", text) for text in folder_problems(folder)]
+    if problems:
+        return problems
+    try:
+        load_chat_tokenizer(folder)
+    except ModelFolderError as exc:
+        problems.append(Problem("model.path", str(exc)))
+    ro = cfg.rollout
+    fit = context_problem(
+        folder, ro.max_prompt_tokens, ro.max_response_tokens, "rollout.max_prompt_tokens", "rollout.max_response_tokens"
+    )
+    if fit is not None:
+        problems.append(Problem("rollout.max_prompt_tokens", fit))
+    return problems
+
+
 def _check_tiny_target(folder: Path) -> list[Problem]:
-    """With ``model.build_tiny`` the folder is a model already, or can be created (its nearest existing parent is a
+    """With ``model.build_tiny`` and no model there yet: the folder can be created (its nearest existing parent is a
     writable folder)."""
-    if (folder / "config.json").is_file():
-        return []
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder without config.json that is not empty"
         return [
@@ -368,38 +389,39 @@ def check_resume_state(cfg: TrainConfig) -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------------------ output_dir
-def check_output_dir(cfg: TrainConfig, overwrite: bool = False) -> list[Path]:
-    """Refuse a fresh run into an ``output_dir`` that holds another run's outputs (or, with ``overwrite``, delete
-    those outputs first; returns what was deleted).
+def output_dir_problems(cfg: TrainConfig, overwrite: bool = False) -> list[Problem]:
+    """Why a launch cannot write into ``output_dir``: a file, or a path under a file; a fresh run into a folder that
+    holds another run's outputs (unless ``overwrite``, which then deletes them: :func:`check_output_dir`);
+    ``overwrite`` with a resume path.
 
     A run is fresh with ``checkpoint.resume=disable``, or ``auto`` when ``output_dir`` has no checkpoint to resume.
-
-    Raises:
-        TrainConfigError: the folder is a file, holds another run, or ``overwrite`` comes with a resume path.
     """
     out = Path(cfg.output_dir)
     resume = cfg.checkpoint.resume
     if out.exists() and not out.is_dir():
-        raise TrainConfigError(f"output_dir={out} is a file, not a folder: give a folder for the run's outputs")
-    latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
+        return [Problem("output_dir", f"output_dir={out} is a file, not a folder: give a folder for the run's outputs")]
+    where = creation_problem(out)
+    if where is not None:
+        return [
+            Problem(
+                "output_dir",
+                f"output_dir={out} cannot be created: {where}: give a folder under one you can write to",
+            )
+        ]
     if resume not in RESUME_MODES:
         if overwrite:
-            raise TrainConfigError(
-                f"--overwrite starts a fresh run and deletes output_dir's checkpoints; it does not go with "
-                f"checkpoint.resume={resume}: drop one of them"
-            )
+            return [
+                Problem(
+                    "--overwrite",
+                    "--overwrite starts a fresh run and deletes output_dir's checkpoints; it does not go with "
+                    f"checkpoint.resume={resume}: drop one of them",
+                )
+            ]
         return []
+    latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     found = [out / name for name in RUN_DATA if (out / name).exists()]
-    if not found or (resume == "auto" and latest.is_file() and not overwrite):
+    if not found or overwrite or (resume == "auto" and latest.is_file()):
         return []
-    if overwrite:
-        found = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
-        for path in found:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        return found
     names = ", ".join(p.name for p in found)
     if resume == "disable":
         why = "checkpoint.resume=disable starts a fresh run, which would mix its outputs into that run's"
@@ -410,7 +432,30 @@ def check_output_dir(cfg: TrainConfig, overwrite: bool = False) -> list[Path]:
             )
     else:
         why = "it has no checkpoint for checkpoint.resume=auto to continue, so a fresh run would mix its outputs in"
-    raise TrainConfigError(
-        f"output_dir={out} holds another run ({names}); {why}. To start clean: a new output_dir=..., or --overwrite "
-        "(deletes that run's outputs first). Nothing was started."
-    )
+    return [
+        Problem(
+            "output_dir",
+            f"output_dir={out} holds another run ({names}); {why}. To start clean: a new output_dir=..., or "
+            "--overwrite (deletes that run's outputs first). Nothing was started.",
+        )
+    ]
+
+
+def check_output_dir(cfg: TrainConfig, overwrite: bool = False) -> list[Path]:
+    """Refuse what :func:`output_dir_problems` refuses; with ``overwrite``, delete the outputs of the run in
+    ``output_dir`` (:data:`RUN_OUTPUTS`, only those) for a fresh run. Returns what was deleted.
+
+    Raises:
+        TrainConfigError: the problems of :func:`output_dir_problems`.
+    """
+    raise_if(output_dir_problems(cfg, overwrite))
+    out = Path(cfg.output_dir)
+    if not overwrite or not any((out / name).exists() for name in RUN_DATA):
+        return []
+    found = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return found

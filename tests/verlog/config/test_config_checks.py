@@ -187,7 +187,7 @@ def test_model_path_is_a_folder_a_hub_id_or_built(tmp_path: Path) -> None:
     cfg.model.path = str(tmp_path)
     assert "holds no config.json" in check_model(cfg)[0].message
     (tmp_path / "config.json").write_text("{}")
-    assert check_model(cfg) == []
+    assert "holds a config.json but no weights" in check_model(cfg)[0].message
     cfg.model.path = "./models/mine"
     assert "does not exist" in check_model(cfg)[0].message
     cfg.model.build_tiny = True  # built at launch: the folder must be creatable
@@ -196,6 +196,44 @@ def test_model_path_is_a_folder_a_hub_id_or_built(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     cfg.model.path = str(tmp_path / "afile" / "tiny")
     assert "cannot create it" in check_model(cfg)[0].message
+
+
+def test_a_model_folder_must_load_as_the_launch_loads_it(tiny_model: Path, tmp_path: Path) -> None:
+    """A truncated config.json, missing weights, no chat template or a context below the prompt budget plus the
+    response passed --dry-run and failed after Ray and the workers had started (or with a traceback)."""
+    import json
+    import shutil
+
+    cfg = TrainConfig()
+    cfg.model.build_tiny = False
+    cfg.model.path = str(tiny_model)
+    assert check_model(cfg) == []
+
+    def copy(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(tiny_model, folder)
+        cfg.model.path = str(folder)
+        return folder
+
+    config = (tiny_model / "config.json").read_text()
+    (copy("truncated") / "config.json").write_text(config[: len(config) // 2])
+    (problem,) = check_model(cfg)
+    assert "truncated" in problem.message and "config.json does not parse" in problem.message
+    (copy("no_weights") / "model.safetensors").unlink()
+    assert "holds a config.json but no weights (*.safetensors" in check_model(cfg)[0].message
+    short = copy("short")
+    (short / "config.json").write_text(json.dumps({**json.loads(config), "max_position_embeddings": 512}))
+    (problem,) = check_model(cfg)
+    assert problem.key == "rollout.max_prompt_tokens" and problem.message.startswith(
+        "rollout.max_prompt_tokens=1024 + rollout.max_response_tokens=512 = 1536 tokens exceed the model's context "
+        "of 512 tokens (max_position_embeddings in"
+    )
+    assert "e.g. rollout.max_prompt_tokens=384 rollout.max_response_tokens=128" in problem.message
+    base = copy("base")  # a base model's tokenizer: no chat template
+    (base / "chat_template.jinja").unlink()
+    assert "has no chat template" in check_model(cfg)[0].message
+    cfg.model.build_tiny = True  # a model folder already there is used as it is, so it is checked the same
+    assert "has no chat template" in check_model(cfg)[0].message
 
 
 def test_prompt_budget_counts_with_the_models_tokenizer_when_there_is_one(tiny_model: Path) -> None:

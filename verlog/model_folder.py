@@ -1,0 +1,115 @@
+"""What a Hugging Face model folder must hold before anything loads it from there.
+
+A ``config.json`` that parses, weights, a tokenizer with a chat template (every prompt is rendered with it), and a
+context (``max_position_embeddings``) that holds the prompt budget plus the response. ``verlog eval``, ``verlog
+demos`` and ``verlog train``'s preflight check these first, so that a truncated copy or a base model's folder is one
+line naming the file and the fix, not a traceback after Ray or an engine started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from verlog.errors import VerlogError
+
+WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
+"""The weight files of a Hugging Face folder (one file or shards)."""
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Where a config.json gives the model's context length, in the order looked at."""
+
+
+class ModelFolderError(VerlogError, ValueError):
+    """A model folder that cannot be loaded as it is: the message names the file and the fix."""
+
+
+def has_weights(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds weight files (:data:`WEIGHT_GLOBS`)."""
+    return any(any(Path(folder).glob(pattern)) for pattern in WEIGHT_GLOBS)
+
+
+def read_config(folder: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``config.json`` of ``folder``.
+
+    Raises:
+        ModelFolderError: it is missing, does not parse (a truncated copy) or is not a JSON object.
+    """
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ModelFolderError(f"{folder} holds no config.json: give a Hugging Face model folder")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFolderError(
+            f"{path} does not parse ({exc}): the file is truncated or damaged; copy or download the model again"
+        ) from None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{path} is not a JSON object: copy or download the model again")
+    return config
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The most tokens the model takes (prompt plus response), from its config; None when the config does not say."""
+    for section in (config, config.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            value = section.get(key) if isinstance(section, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def context_problem(
+    folder: str | os.PathLike, prompt_tokens: int, response_tokens: int, prompt_option: str, response_option: str
+) -> str | None:
+    """Why a prompt budget of ``prompt_tokens`` plus ``response_tokens`` does not fit the model's context, or None.
+
+    The options name the two settings in the message (``rollout.max_prompt_tokens``, ``--max-prompt-tokens``).
+    """
+    limit = context_length(read_config(folder))
+    total = prompt_tokens + response_tokens
+    if limit is None or total <= limit:
+        return None
+    prompt = limit - response_tokens if response_tokens <= limit // 2 else limit - limit // 4
+    example = f"{prompt_option}={prompt}" + (
+        f" {response_option}={limit - prompt}" if prompt + response_tokens > limit else ""
+    )
+    return (
+        f"{prompt_option}={prompt_tokens} + {response_option}={response_tokens} = {total} tokens exceed the model's "
+        f"context of {limit} tokens (max_position_embeddings in {Path(folder) / 'config.json'}): lower them to "
+        f"{limit} tokens together, e.g. {example}"
+    )
+
+
+def folder_problems(folder: str | os.PathLike) -> list[str]:
+    """Why ``folder`` is not a loadable model folder: its config.json (missing, truncated), its weights (none)."""
+    try:
+        read_config(folder)
+    except ModelFolderError as exc:
+        return [str(exc)]
+    if not has_weights(folder):
+        globs = ", ".join(WEIGHT_GLOBS)
+        return [f"{folder} holds a config.json but no weights ({globs}): the copy is incomplete; copy the model again"]
+    return []
+
+
+def load_chat_tokenizer(folder: str | os.PathLike) -> Any:
+    """The tokenizer of ``folder`` (transformers' AutoTokenizer), which must have a chat template.
+
+    Raises:
+        ModelFolderError: it cannot be loaded (the reason), or it has no chat template (a base model).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(os.fspath(folder))
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a folder it cannot read
+        reason = " ".join(str(exc).split())[:300]
+        raise ModelFolderError(f"no tokenizer can be loaded from {folder} ({type(exc).__name__}: {reason})") from None
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ModelFolderError(
+            f"the tokenizer in {folder} has no chat template, and every prompt is rendered with it: use an instruct "
+            "(chat) model, or set tokenizer.chat_template and save it there (tokenizer.save_pretrained)"
+        )
+    return tokenizer
