@@ -124,6 +124,26 @@ def test_rows_from_training_and_evaluation_tapes_are_the_rollouts_prompts(
         assert sum(m["content"].startswith("Previous plan:") for m in last) == 2 and len(last) == 1 + 2 * 3 + 2
 
 
+@pytest.mark.slow
+def test_verls_dataset_trains_on_the_answer_after_the_rollouts_prompt(tokenizer: Any, tmp_path: Path) -> None:
+    """Through verl's own dataset (verlog's last-turn subclass): the tokens before the loss are the rollout's prompt."""
+    from verlog.sft.data import LastTurnSFTDataset
+
+    rollout = _training_run(tmp_path / "rollout", tokenizer, TARGET.memory)
+    _training_run(tmp_path / "run", tokenizer, MemoryConfig())
+    train, _, _ = write_tape_rows(select_episodes(tmp_path / "run", TARGET), tokenizer, TARGET, tmp_path / "data")
+    dataset = LastTurnSFTDataset(
+        train, tokenizer, {"pad_mode": "no_padding", "max_length": 1024, "truncation": "error"}
+    )
+    frame = pd.read_parquet(train)
+    for i, row in enumerate(frame.itertuples()):
+        prompt = rollout[row.seed][row.turn]
+        answer = tokenizer.encode(ScriptedGenerator.answer(row.turn) + "<|im_end|>\n", add_special_tokens=False)
+        item = dataset[i]
+        assert item["input_ids"].tolist() == prompt + answer
+        assert item["loss_mask"].tolist() == [0] * len(prompt) + [1] * len(answer)
+
+
 def test_a_recorded_play_trains_like_the_experts_demonstration(tmp_path: Path) -> None:
     """A person who plays the expert's moves, recorded with `verlog play --record`, gives verlog demos' rows."""
     seed = 3
