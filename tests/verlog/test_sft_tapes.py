@@ -166,6 +166,13 @@ def test_a_recorded_play_trains_like_the_experts_demonstration(tmp_path: Path) -
     assert len(rows) == len(want)
     for got, expected in zip(rows.itertuples(), want):
         assert [dict(m) for m in got.messages] == expected["messages"]  # answers in the prompt's format, as demos'
+    # a second session recorded into the same folder at once: its episode is another one, not a continuation
+    env = envs.make(ENV_ID)
+    lines = io.StringIO("".join(f"{turn.action}\n" for turn in demo.turns))
+    with PlayTapeWriter(tmp_path / "me", ENV_ID, {}) as record:
+        assert play(env, lines, io.StringIO(), seed=seed, episodes=1, record=record) == 0
+    env.close()
+    assert select_episodes(tmp_path / "me", settings).counts["kept"] == 2
 
 
 def _tape(path: Path, episodes: list[dict[str, Any]]) -> None:

@@ -19,6 +19,7 @@ import ast
 import contextlib
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -199,7 +200,8 @@ def play(
                 return line
 
     pool = LocalEnv(env).pool()
-    run_id = f"play-{time.strftime('%Y%m%d-%H%M%S')}"  # episode ids stay unique across recordings into one folder
+    # episode ids stay unique across recordings into one folder (two sessions may start within the same second)
+    run_id = f"play-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     stepper = EpisodeStepper(
         pool, None, [SlidingMemory()], max_prompt_tokens=None, bootstrap_prompts=False, run_id=run_id
     )
