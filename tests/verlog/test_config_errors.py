@@ -119,3 +119,34 @@ def test_configuration_doc_lists_every_key_and_option():
     # model.tiny.* and the families under env.tasks are free-form (their keys are the user's names)
     missing = [k for k in sorted(keys) if f"`{k}`" not in doc and not k.startswith(("model.tiny.", "env.tasks."))]
     assert not missing, f"docs/configuration.md does not describe {missing}"
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("run_name=café", "(its value holds 'é'): quote the value, with quotes that reach Hydra: run_name='café' "
+         "(in a shell: \"run_name='café'\")"),
+        ("run_name=x y=z", "(its value holds ' ', '='): quote the value"),
+        ("run_name=it's (mine)", "run_name=\"it's (mine)\" (in a shell: 'run_name=\"it's (mine)\"')"),
+    ],
+)  # fmt: skip
+def test_an_override_hydra_cannot_read_says_how_to_quote_it(override: str, says: str) -> None:
+    """Hydra's own message was its lexer's (LexerNoViableAltException: run_name=café ^) with a link."""
+    with pytest.raises(ConfigKeyError) as info:
+        load_config([override])
+    assert str(info.value).startswith(f"override {override!r} cannot be read by Hydra's override parser")
+    assert says in str(info.value) and "Lexer" not in str(info.value)
+    quoted = str(info.value).split("quotes that reach Hydra: ")[1].split(" (in a shell")[0]
+    assert load_config([quoted]).run_name == override.split("=", 1)[1]  # the quoted form is read as meant
+
+
+def test_a_config_file_that_is_not_yaml_names_the_file_and_line(tmp_path) -> None:
+    """It was PyYAML's traceback."""
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "mine.yaml").write_text("name: mine\nid: toy/delayed\nkwargs: [a\n")
+    with pytest.raises(ConfigKeyError) as info:
+        load_config(["env=mine"], tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path / 'env' / 'mine.yaml'}, line 4, column 1 is not valid YAML (expected ',' or ']', but got "
+        "'<stream end>'): fix that file (a tab, an unclosed [ or {, a stray quote, ...)"
+    )

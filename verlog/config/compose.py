@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from verlog.errors import VerlogError
@@ -180,6 +181,41 @@ def moved_config_note(old: str | os.PathLike, new: Path) -> str:
     return f"note: verlog's configs moved from verlog/configs/ to configs/: {str(old)!r} is now {str(new)!r}"
 
 
+def explain_unparsable(overrides: Sequence[str]) -> ConfigKeyError | None:
+    """The first override in ``overrides`` that Hydra's override grammar cannot read, as a :class:`ConfigKeyError`
+    that says how to quote its value (a non-ASCII character or a ``=`` in it needs quotes that reach Hydra); None when
+    each parses on its own."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except HydraException as exc:
+            key, sep, value = override.partition("=")
+            reason = " ".join(str(exc).split()).split(" See https://")[0]
+            if not sep:
+                return ConfigKeyError(f"override {override!r} cannot be read ({reason}): write key=value")
+            odd = sorted({c for c in value if not c.isascii() or c in "=()'\"" or c.isspace()})
+            what = f"its value holds {', '.join(repr(c) for c in odd)}" if odd else f"Hydra says: {reason}"
+            inner, outer = ("'", '"') if "'" not in value else ('"', "'")
+            quoted = f"{key}={inner}{value}{inner}"
+            return ConfigKeyError(
+                f"override {override!r} cannot be read by Hydra's override parser ({what}): quote the value, with "
+                f"quotes that reach Hydra: {quoted} (in a shell: {outer}{quoted}{outer})"
+            )
+    return None
+
+
+def yaml_error_message(exc: Exception) -> str:
+    """One line for a config file that PyYAML cannot parse: the file, the line and column, what is wrong there."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    return f"{where} is not valid YAML ({problem}): fix that file (a tab, an unclosed [ or {{, a stray quote, ...)"
+
+
 def group_choices(overrides: Sequence[str], config_dir: Path | Sequence[Path]) -> list[str]:
     """The overrides in ``overrides`` that pick an existing config-group option (``env=babyai``)."""
     picked = []
@@ -243,8 +279,13 @@ def load_config(
                 if error is None:
                     raise ConfigKeyError(f"{exc}: check the overrides (docs/configuration.md)") from exc
                 raise error from exc
-    except HydraException as exc:  # e.g. an override Hydra cannot parse (seed=[)
+    except HydraException as exc:  # e.g. an override Hydra cannot parse (seed=[, run_name=café)
+        unreadable = explain_unparsable(overrides)
+        if unreadable is not None:
+            raise unreadable from None
         text = " ".join(str(exc).split())
         raise ConfigKeyError(f"{text} (the override syntax: key=value, key=[a,b], +new.key=value)") from exc
+    except yaml.YAMLError as exc:  # a config file that is not YAML (Hydra lets PyYAML's error through)
+        raise ConfigKeyError(yaml_error_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
