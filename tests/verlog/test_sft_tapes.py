@@ -235,6 +235,7 @@ def test_tapes_replayed_with_other_env_settings_are_refused(tokenizer: Any, tmp_
     selection = select_episodes(tmp_path / "run", settings)
     with pytest.raises(SFTDataError, match=r"turn 2 differs from the tape in the end of the episode.*max_steps': 3"):
         write_tape_rows(selection, tokenizer, settings, tmp_path / "data")
+    assert not (tmp_path / "data").exists()  # nothing written
 
 
 def _sft(*args: str) -> list[str]:

@@ -414,8 +414,6 @@ def write_tape_rows(
     episodes = selection.episodes
     n_val = min(settings.val_episodes, len(episodes) - 1)
     parts = {"train": episodes[: len(episodes) - n_val], "val": episodes[len(episodes) - n_val :]}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict[str, Any]]] = {}
     listed: dict[str, list[dict[str, Any]]] = {}
     for part, chosen in parts.items():
@@ -429,6 +427,8 @@ def write_tape_rows(
             f"the {len(parts['train'])} kept episodes of {selection.source!r} have no turn with a valid answer, so "
             "there is nothing to learn; set data.tapes.valid_only=false to train on them anyway"
         )
+    out = Path(out_dir)  # created once every episode has replayed: a failing replay writes nothing
+    out.mkdir(parents=True, exist_ok=True)
     train_file = out / TRAIN_FILE
     pd.DataFrame(rows["train"]).to_parquet(train_file, index=False)
     val_file: Path | None = out / VAL_FILE
