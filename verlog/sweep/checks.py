@@ -1,0 +1,143 @@
+"""A search space checked against verlog train's config before anything starts: its keys, then every trial.
+
+:func:`check_space_keys` composes the space's ``base`` and each swept key with verlog train's own composition
+(:func:`verlog.config.compose.load_config`), so a misspelt key gets the message ``verlog train key=value`` would give
+("unknown config key ... Did you mean ...?"). :func:`check_trials` then composes each trial's overrides and checks
+them as ``verlog train --dry-run`` does (:func:`verlog.config.preflight.preflight`, then
+:func:`verlog.trainer.dry_run.describe_run`, which merges a ``verl:`` section into verl's config), and checks that the
+objective's metric will be logged. No Ray, no model, no process starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlog.config.schema import TrainConfig
+from verlog.errors import VerlogError
+from verlog.sweep.folder import starts_fresh
+from verlog.sweep.space import EVAL_METRIC_PREFIX, SearchSpace, SweepSpaceError, Trial, describe_params, format_override
+
+HF_MODEL_CONTENTS = "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"
+"""What a trial's checkpoint must hold for ``verlog eval`` to load the trained model (a Hugging Face folder)."""
+
+
+@dataclass(frozen=True)
+class CheckedTrial:
+    """A trial that passed verlog train's checks: its overrides (with its own ``output_dir``), its typed config and
+    the ``python -m verlog.train`` command that reproduces it by hand."""
+
+    trial: Trial
+    overrides: tuple[str, ...]
+    config: TrainConfig
+    command: str
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by spaces (a multi-line config error as one line)."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def key_message(text: str) -> str:
+    """verlog train's unknown-key message on one line: the key and the closest one ("Did you mean ...?"), or the keys
+    of its section when none is close, and the fix in a search space."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("unknown config key"):
+        return one_line(text)
+    return f"{' '.join(lines[:2])}; rename it in the search space (docs/configuration.md lists every key)"
+
+
+def import_space_modules(space: SearchSpace) -> None:
+    """Import the space's ``imports`` (modules that register envs of one's own), or SweepSpaceError."""
+    import envs
+    from envs.errors import EnvImportError
+
+    try:
+        envs.import_modules(list(space.imports))
+    except EnvImportError as exc:
+        raise SweepSpaceError(f"{space.source}: imports: {exc}") from None
+
+
+def check_space_keys(space: SearchSpace) -> None:
+    """Every key of ``base`` and ``params`` is a key of verlog train's config (every choice of a config group, such
+    as ``env``, an option of it); SweepSpaceError with the config's own message and the closest key."""
+    from verlog.config.compose import ConfigKeyError, load_config
+
+    def compose(overrides: Sequence[str], where: str) -> None:
+        try:
+            load_config(overrides, space.config_dir)
+        except ConfigKeyError as exc:
+            raise SweepSpaceError(f"{space.source}: {where}: {key_message(str(exc))}") from None
+
+    compose(space.base, "base")
+    for p in space.params:
+        parents = [format_override(key, allowed[0]) for key, allowed in p.when]
+        # every choice (a config group's options each name a file); a range's low end (the key is what is checked)
+        values = list(p.values) if p.kind == "choice" else [int(p.low) if p.kind == "int" else p.low]
+        for value in values:
+            compose([*space.base, *parents, format_override(p.key, value)], f"params.{p.key}")
+
+
+def trial_overrides(space: SearchSpace, trial: Trial, run_dir: Path) -> list[str]:
+    """The overrides ``verlog train`` gets for ``trial``: the trial's own, its ``output_dir`` (``run_dir``), and
+    ``checkpoint.resume=auto`` (a killed trial continues from its last checkpoint); with an ``eval:`` section, a
+    checkpoint at the last iteration holding the Hugging Face model (unless the space sets ``checkpoint.save_freq``)."""
+    out = [*trial.overrides(space), f"output_dir={run_dir}", "checkpoint.resume=auto"]
+    if space.eval is not None:
+        set_keys = {line.lstrip("+").split("=", 1)[0] for line in out}
+        if "checkpoint.save_freq" not in set_keys:
+            out.append("checkpoint.save_freq=${iterations}")
+        if HF_MODEL_CONTENTS.split("=", 1)[0] not in set_keys:
+            out.append(HF_MODEL_CONTENTS)
+    return out
+
+
+def check_trials(space: SearchSpace, trials: Sequence[Trial], run_dirs: dict[str, Path]) -> list[CheckedTrial]:
+    """Each trial of ``trials`` (whose output folders are ``run_dirs``) checked as ``verlog train --dry-run`` checks
+    it; SweepSpaceError naming the first trial that fails and what verlog train says, and how many fail."""
+    from verlog.config.compose import load_config
+    from verlog.config.preflight import preflight
+    from verlog.trainer.dry_run import describe_run
+
+    checked: list[CheckedTrial] = []
+    failures: list[str] = []
+    for trial in trials:
+        overrides = trial_overrides(space, trial, run_dirs[trial.id])
+        try:
+            fresh = starts_fresh(run_dirs[trial.id])  # as the trial will run: --overwrite when it starts afresh
+            cfg = preflight(load_config(overrides, space.config_dir), space.imports, overwrite=fresh)
+            _check_metrics(space, cfg)
+            shown = [*(f"--import={m}" for m in space.imports), *overrides]
+            described = describe_run(cfg, shown, space.config_dir)
+        except VerlogError as exc:
+            params = describe_params(trial.params) or "the base settings"
+            failures.append(f"trial {trial.id} ({params}) fails verlog train's checks: {one_line(str(exc))}")
+            continue
+        command = next(line for line in described.splitlines() if line.startswith("# command: "))
+        checked.append(CheckedTrial(trial, tuple(overrides), cfg, command.removeprefix("# command: ")))
+    if failures:
+        more = f" ({len(failures)} of {len(trials)} trials fail; the first is shown)" if len(failures) > 1 else ""
+        raise SweepSpaceError(f"{space.source}: {failures[0]}{more}")
+    return checked
+
+
+def _check_metrics(space: SearchSpace, cfg: TrainConfig) -> None:
+    """The objective's and the scheduler's metrics will be logged by this trial."""
+    for what, metric in (("objective.metric", space.objective.metric), ("scheduler.metric", _scheduler_metric(space))):
+        if metric is not None and metric.startswith("eval/") and cfg.evaluation.every == 0:
+            raise SweepSpaceError(
+                f"{what} {metric} is the in-training evaluation, which is off (evaluation.every=0); set "
+                f"evaluation.every in base (e.g. evaluation.every: {cfg.iterations}, evaluation at the last iteration)"
+            )
+    if space.eval is not None and cfg.env.tasks:
+        raise SweepSpaceError(
+            "the eval: section evaluates one env id and this trial trains several task families (env.tasks); drop "
+            "eval: and judge trials by the in-training evaluation (objective.metric: eval/success)"
+        )
+    if space.objective.metric.startswith(EVAL_METRIC_PREFIX) and space.eval is None:
+        raise SweepSpaceError(f"objective.metric {space.objective.metric} needs the eval: section")
+
+
+def _scheduler_metric(space: SearchSpace) -> str | None:
+    return space.scheduler.metric if space.scheduler is not None else None
