@@ -219,9 +219,9 @@ def check_env_id(env_id: str, option: str = "env id") -> None:
     )
 
 
-def accepted_kwargs(factory: Any) -> list[str] | None:
-    """The keyword arguments ``factory`` takes (following ``**kwargs`` up a class's ``__init__`` chain), or None
-    when they cannot be known (a function that passes ``**kwargs`` on)."""
+def _keyword_parameters(factory: Any) -> tuple[dict[str, inspect.Parameter], bool]:
+    """The keyword parameters ``factory`` declares (following ``**kwargs`` up a class's ``__init__`` chain; a
+    partial's arguments left out), and whether that is all of them (False: a ``**kwargs`` that goes nowhere known)."""
     bound: set[str] = set()
     positional = 0
     target = factory
@@ -230,21 +230,77 @@ def accepted_kwargs(factory: Any) -> list[str] | None:
         positional += len(target.args)
         target = target.func
     chain = [c for c in target.__mro__ if "__init__" in c.__dict__] if isinstance(target, type) else [target]
-    names: list[str] = []
+    found: dict[str, inspect.Parameter] = {}
     for depth, item in enumerate(chain):
         try:
             params = list(inspect.signature(item.__init__ if isinstance(item, type) else item).parameters.values())
         except (TypeError, ValueError):
-            return None
+            return found, False
         params = [p for p in params if p.name != "self"]
         if depth == 0:  # the partial's positional arguments fill the first parameters
             params = [p for k, p in enumerate(params) if k >= positional or p.kind is p.KEYWORD_ONLY]
-        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names]
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in found and p.name not in bound:
+                found[p.name] = p
         if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return [n for n in names if n not in bound]
+            return found, True
         if not isinstance(target, type):
-            return None
-    return None
+            return found, False
+    return found, False
+
+
+def accepted_kwargs(factory: Any) -> list[str] | None:
+    """The keyword arguments ``factory`` takes (following ``**kwargs`` up a class's ``__init__`` chain), or None
+    when they cannot be known (a function that passes ``**kwargs`` on)."""
+    found, complete = _keyword_parameters(factory)
+    return list(found) if complete else None
+
+
+# the annotations whose values are checked before an env is built: name -> (what the value may be, how to write it)
+_SIMPLE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool,), "true or false"),
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "str": ((str,), "a text"),
+    "None": ((type(None),), "null"),
+}
+
+
+def _simple_types(annotation: Any) -> list[str] | None:
+    """``"int | None"`` (or ``Optional[int]``, or the types themselves) -> ``["int", "None"]``; None for any
+    annotation that is not made of bool, int, float, str and None (those values are left to the env)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None) or str(annotation)
+    text = text.replace("typing.", "").replace(" ", "").replace("NoneType", "None")
+    optional = re.fullmatch(r"Optional\[(.+)\]", text)
+    parts = (optional.group(1) + "|None" if optional else text).split("|")
+    return parts if all(part in _SIMPLE_TYPES for part in parts) else None
+
+
+def _fits(value: Any, types: list[str]) -> bool:
+    if isinstance(value, bool):  # a bool is an int to Python, not to an env's integer setting
+        return "bool" in types
+    return any(isinstance(value, _SIMPLE_TYPES[t][0]) for t in types if t != "bool")
+
+
+def check_kwarg_types(env_id: str, factory: Any, kwargs: dict[str, Any], origin: str) -> None:
+    """Each value of ``kwargs`` fits the annotation of the parameter it is given to, where that annotation is made
+    of bool, int, float, str and None (``binary_reward='maybe'`` is no bool, and a text is always true).
+
+    Raises:
+        EnvBuildError: the first value that does not fit, with the spellings accepted.
+    """
+    params, _ = _keyword_parameters(factory)
+    for name, value in kwargs.items():
+        param = params.get(name)
+        types = None if param is None or param.annotation is param.empty else _simple_types(param.annotation)
+        if types is None or _fits(value, types):
+            continue
+        spelled = " or ".join(_SIMPLE_TYPES[t][1] for t in types)
+        example = f" ({name}=true or {name}=false)" if "bool" in types else ""
+        raise EnvBuildError(
+            f"env {env_id!r} takes {name}: {' | '.join(types)}, but {origin} gives {name}={value!r} "
+            f"({type(value).__name__}): write {spelled}{example}"
+        )
 
 
 def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool = True, seed: int = 0) -> Any:
@@ -254,10 +310,12 @@ def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool =
 
     Raises:
         UnknownEnvError, EnvRegistrationError: the id does not resolve.
-        EnvBuildError: the env does not build or reset with these kwargs; an argument the env does not take is named
-            with the close ones it takes.
+        EnvBuildError: a value of the wrong type (:func:`check_kwarg_types`); the env does not build or reset with
+            these kwargs (with none, the env's own error); an argument the env does not take is named with the close
+            ones it takes.
     """
     factory = _entry_point(env_id, "env id") if ":" in env_id else registered_factory(env_id)
+    check_kwarg_types(env_id, factory, kwargs, origin)
     env = None
     try:
         env = factory(**kwargs)
@@ -292,6 +350,12 @@ def _close(env: Any) -> None:
 def _build_failure(env_id: str, kwargs: dict[str, Any], origin: str, exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if not kwargs:  # nothing of the user's went in: the env fails on its own
+        return (
+            f"env {env_id!r} failed on its own while it was built and reset with no keyword arguments ({origin} "
+            f"gives none): {type(exc).__name__}: {exc}{at}; this is the env's own error, not a setting: fix the "
+            "env (its factory or reset), or tell its author"
+        )
     return (
         f"building env {env_id!r} with {origin} {kwargs} and resetting it failed: {type(exc).__name__}: {exc}{at}; "
         f"check {origin}"

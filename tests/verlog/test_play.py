@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -138,6 +139,61 @@ def test_bad_env_args_and_imports_are_named_errors(capsys, tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     assert cli.main(["play", "test/corridor", "--import", "no_such_mod"]) == 2
     assert "--import: no module named 'no_such_mod'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [
+        ("nanreward", "EnvOutputError: the env's step() returned a non-finite reward (nan)"),
+        ("crash", "RuntimeError: injected crash"),
+        ("hang", "TimeoutError: the env's step() ran longer than --step-timeout=0.5 s: it hangs"),
+    ],
+)
+def test_an_env_that_fails_or_hangs_ends_the_game_with_one_line(action, reason, capsys, monkeypatch) -> None:
+    """A NaN reward and a crash were tracebacks (the one-slot pool could not rebuild the env), a hang hung."""
+    import bad_envs
+
+    class Everything(faulty_envs.FaultyCorridor, bad_envs.BadOutputCorridor):
+        base_actions: ClassVar[list[str]] = ["left", "right", "nanreward", "crash", "hang"]
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"left\n{action}\nleft\n:q\n"))
+    envs.register("test/everything_fails", Everything, overwrite=True)
+    started = time.monotonic()
+    assert cli.main(["play", "test/everything_fails", "--seed", "0", "--step-timeout", "0.5"]) == play.EXIT_ENV_FAILED
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"verlog play: error: the env failed at step 2 of episode 1 (action {action!r}), so the game ends: "
+        f"{reason}{'; rewards must be finite numbers' if action == 'nanreward' else ''}\n"
+    )
+    assert "-> left |" in captured.out and time.monotonic() - started < 60
+
+
+def _broken_env(**kwargs):
+    raise RuntimeError("the factory's own bug")
+
+
+def test_env_arg_values_must_fit_the_envs_annotations(capsys) -> None:
+    """``binary_reward=maybe`` was passed on as the text 'maybe', which is true; an env failing with no arguments
+    given was reported as 'check --env-arg'."""
+    assert play.parse_env_args(["a=true", "b=False", "c=null", "d=maybe"]) == {"a": True, "b": False, "c": None,
+                                                                              "d": "maybe"}  # fmt: skip
+    assert cli.main(["play", "test/corridor", "--env-arg", "binary_reward=maybe"]) == 2
+    assert capsys.readouterr().err == (
+        "verlog play: error: env 'test/corridor' takes binary_reward: bool, but --env-arg gives "
+        "binary_reward='maybe' (str): write true or false (binary_reward=true or binary_reward=false)\n"
+    )
+    assert cli.main(["play", "test/corridor", "--env-arg", "max_steps=ten"]) == 2
+    assert "takes max_steps: int | None, but --env-arg gives max_steps='ten' (str): write an integer or null" in (
+        capsys.readouterr().err
+    )
+    envs.register("test/broken", _broken_env, overwrite=True)
+    assert cli.main(["play", "test/broken"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "verlog play: error: env 'test/broken' failed on its own while it was built and reset with no keyword "
+        "arguments (--env-arg gives none): RuntimeError: the factory's own bug (at "
+    )
+    assert "this is the env's own error, not a setting" in err and "check --env-arg" not in err
 
 
 def test_ctrl_c_in_play_exits_without_a_traceback() -> None:

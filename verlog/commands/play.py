@@ -6,6 +6,10 @@ line: an action string (parsed by the env like a model's answer), or the action'
 does end of input). After each step it prints the executed action, reward, terminated/truncated and progression; a
 finished episode is summarised and the next one starts (seed + 1 when ``--seed`` was given).
 
+An env that fails (raises, returns what a text env must not, such as a NaN reward) or hangs (a reset or step that
+runs longer than ``--step-timeout`` seconds, default :data:`STEP_TIMEOUT_S`) ends the game with one line on stderr,
+``verlog play: error: the env failed ...``, and exit code :data:`EXIT_ENV_FAILED` (1).
+
 The person is a policy of the rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`): the env is stepped
 through the same one-slot pool, memory and turn record as the demos' expert, so what a person plays is what a model
 would face. ``--record DIR`` appends every turn to ``DIR/tapes/play.jsonl`` (:class:`verlog.tapes.PlayTapeWriter`),
@@ -17,19 +21,38 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from verlog.commands.common import UsageError, add_import_argument, build_env, import_user_modules, int_at_least, seed
+from verlog.commands.common import (
+    UsageError,
+    add_import_argument,
+    build_env,
+    float_in,
+    import_user_modules,
+    int_at_least,
+    seed,
+)
+from verlog.errors import VerlogError
 
 if TYPE_CHECKING:
     from verlog.tapes import PlayTapeWriter
 
 QUIT = (":q", ":quit", ":exit")
 HELP = (":help", ":h", "?")
+STEP_TIMEOUT_S = 30.0
+"""Seconds an env's reset or step may run in ``verlog play`` before the game ends as hung (``--step-timeout``)."""
+EXIT_ENV_FAILED = 1
+"""Exit code of a game the env ended by failing or hanging (a bad command line is 2)."""
+
+
+class EnvFailedError(VerlogError):
+    """The env failed or hung while a person played it; the message says where and why."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--show-info", action="store_true", help="print the whole info dict after every step")
     parser.add_argument(
+        "--step-timeout",
+        type=float_in(0.0, low_open=True),
+        default=STEP_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"end the game when one env reset or step runs longer (it hangs); default {STEP_TIMEOUT_S:g}",
+    )
+    parser.add_argument(
         "--record",
         metavar="DIR",
         default=None,
@@ -60,13 +90,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# the spellings of --env-arg values that YAML and JSON (env.kwargs, --env-kwargs) read as these constants
+_CONSTANTS = {"true": True, "false": False, "null": None}
+
+
 def parse_env_args(pairs: list[str]) -> dict[str, Any]:
-    """``["max_steps=10", "parse_mode=lenient"]`` -> ``{"max_steps": 10, "parse_mode": "lenient"}``."""
+    """``["max_steps=10", "parse_mode=lenient", "binary_reward=true"]`` -> ``{"max_steps": 10, "parse_mode":
+    "lenient", "binary_reward": True}``: a Python literal, true / false / null as in env.kwargs, else the text
+    (which the env's annotations then check: envs.registry.check_kwarg_types)."""
     kwargs: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
             raise UsageError(f"--env-arg must look like KEY=VALUE with KEY a Python name, got {pair!r}")
+        if value.strip().lower() in _CONSTANTS:
+            kwargs[key] = _CONSTANTS[value.strip().lower()]
+            continue
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -88,8 +127,18 @@ def run(args: argparse.Namespace) -> int:
         if record is not None:
             record.parse_mode = str(getattr(env, "parse_mode", "strict"))
         return play(
-            env, sys.stdin, sys.stdout, seed=args.seed, episodes=args.episodes, show_info=args.show_info, record=record
+            env,
+            sys.stdin,
+            sys.stdout,
+            seed=args.seed,
+            episodes=args.episodes,
+            show_info=args.show_info,
+            record=record,
+            step_timeout=args.step_timeout,
         )
+    except EnvFailedError as exc:
+        print(f"verlog play: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_ENV_FAILED
     finally:
         env.close()
         if record is not None:
@@ -116,6 +165,41 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _TimedEnv:
+    """``env`` with each reset and step bounded by ``timeout`` seconds: a call that runs longer raises TimeoutError
+    inside it (SIGALRM, so only from the main thread; elsewhere calls are not bounded), which the env pool turns into
+    the slot's ``env_error`` like any exception of the env. Every other attribute is the env's."""
+
+    def __init__(self, env: Any, timeout: float | None) -> None:
+        self._env, self._timeout = env, timeout
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def reset(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bounded("reset", args, kwargs)
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bounded("step", args, kwargs)
+
+    def _bounded(self, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        call = getattr(self._env, name)
+        if not self._timeout or threading.current_thread() is not threading.main_thread():
+            return call(*args, **kwargs)
+        timeout = self._timeout
+
+        def expired(signum: int, frame: Any) -> None:
+            raise TimeoutError(f"the env's {name}() ran longer than --step-timeout={timeout:g} s: it hangs")
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
 class _Reset(Exception):
     """The person asked for a new episode (``:reset``)."""
 
@@ -133,9 +217,15 @@ def play(
     episodes: int | None = None,
     show_info: bool = False,
     record: PlayTapeWriter | None = None,
+    step_timeout: float | None = STEP_TIMEOUT_S,
 ) -> int:
     """Run the interactive loop on a TextEnv, reading lines from ``stdin`` and writing to ``stdout``; returns 0.
-    With ``record``, every turn played is written to its tape file."""
+    With ``record``, every turn played is written to its tape file.
+
+    Raises:
+        EnvFailedError: the env failed, or one of its resets or steps ran longer than ``step_timeout`` seconds
+            (None: no bound).
+    """
     from verlog.memory import SlidingMemory
     from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
 
@@ -199,7 +289,8 @@ def play(
             else:
                 return line
 
-    pool = LocalEnv(env).pool()
+    timed = _TimedEnv(env, step_timeout)
+    pool = LocalEnv(timed, rebuild=lambda: timed).pool()  # the game ends at a failure: no fresh env is needed
     # episode ids stay unique across recordings into one folder (two sessions may start within the same second)
     run_id = f"play-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     stepper = EpisodeStepper(
@@ -226,12 +317,16 @@ def play(
                 continue
             row, info = turn.row, turn.info
             current["obs"], current["info"] = turn.next_observation, info
+            if row.env_error is not None:  # its own bug: the game cannot go on as the env meant it
+                reason = row.env_error.strip().splitlines()[-1]
+                raise EnvFailedError(
+                    f"the env failed at step {int(info.get('episode_step', 0))} of episode {current['finished'] + 1} "
+                    f"(action {info.get('raw_action')!r}), so the game ends: {reason}"
+                )
             if record is not None:
                 record.record(turn)
             episode_return += row.reward
             note = "" if row.action_valid else f" (not a valid action: executed {info.get('action')!r})"
-            if row.env_error is not None:
-                note = f" (the env failed and the episode was cut: {row.env_error.strip().splitlines()[-1]})"
             say(
                 f"-> {info.get('action')}{note} | reward {row.reward:g} | terminated {row.terminated} | truncated "
                 f"{row.truncated} | progression {info.get('progression', 0.0):.2f}"
