@@ -8,8 +8,8 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+from typing import Any
 
 from verlog.commands.common import (
     UsageError,
@@ -27,6 +27,9 @@ from verlog.commands.common import (
     seed_list,
 )
 
+EPISODES = 10
+"""Episodes per task without ``--episodes`` (BALROG's ``eval.num_episodes``)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -39,12 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai)",
     )
-    parser.add_argument("--episodes", type=int_at_least(1), default=10, help="episodes per task (BALROG: 10)")
     parser.add_argument(
-        "--seed-start", type=seed, default=0, help="episode i of each task uses seed S+i (keep clear of training seeds)"
+        "--episodes", type=int_at_least(1), default=None, help=f"episodes per task (default {EPISODES}, BALROG's)"
     )
     parser.add_argument(
-        "--seeds", type=seed_list, default=None, help="explicit comma-separated seeds instead of --seed-start"
+        "--seed-start",
+        type=seed,
+        default=None,
+        help="episode i of each task uses seed S+i (default 0; keep clear of training seeds)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help="explicit comma-separated seeds, one episode each (instead of --episodes and --seed-start)",
     )
     accept_negative_lists(parser)
     parser.add_argument("--out", required=True, help="output folder: summary.json, episodes.jsonl, turns.jsonl")
@@ -79,12 +90,17 @@ def run(args: argparse.Namespace) -> int:
     from verlog.eval import EvalProtocol, evaluate, expand_tasks, format_table, load_model
     from verlog.eval.engine import EvalModelError
     from verlog.eval.protocol import EvalProtocolError
-    from verlog.eval.report import EPISODES_FILE
     from verlog.memory import MemoryConfig, check_answer_format
     from verlog.sampling import SamplingConfig
 
     import_user_modules(args.imports)
     env_kwargs = json_object("--env-kwargs", args.env_kwargs)
+    if args.seeds is not None and (args.episodes is not None or args.seed_start is not None):
+        given = "--episodes" if args.episodes is not None else "--seed-start"
+        raise UsageError(
+            f"{given} does not go with --seeds: --seeds {','.join(map(str, args.seeds))} plays {len(args.seeds)} "
+            f"episode(s) of each task on those seeds; drop {given} (or --seeds)"
+        )
     for task in args.tasks.split(","):
         if ":" in task:
             register_entry_point(task.strip(), "--tasks")
@@ -92,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
         seeds = args.seeds
         protocol = EvalProtocol(
             tasks=tuple(expand_tasks(args.tasks.split(","))),
-            episodes_per_task=args.episodes,
-            seed_start=args.seed_start,
+            episodes_per_task=EPISODES if args.episodes is None else args.episodes,
+            seed_start=args.seed_start or 0,
             seeds=seeds,
             max_steps=args.max_steps,
             env_kwargs=env_kwargs,
@@ -105,20 +121,19 @@ def run(args: argparse.Namespace) -> int:
             answer_format=check_answer_format(args.answer_format),
         )
     except (EvalProtocolError, ValueError) as exc:
-        print(f"verlog eval: error: {exc}", file=sys.stderr)
-        return 2
-    # everything an engine start would waste time on is checked first: the output folder, each task's env
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {args.out!r} is a file, not a folder: give the folder for summary.json")
-    if (out / EPISODES_FILE).exists() and not args.resume:
-        raise UsageError(
-            f"{out / EPISODES_FILE} exists from an earlier evaluation: pass --resume to continue it, or choose "
-            "another --out"
-        )
+        raise UsageError(str(exc)) from None
+    # everything an engine start would waste time on is checked first: the output folder, the model folder and its
+    # tokenizer, each task's env and its first prompt
+    model_path = _check_model(args)
+    _check_out(args, protocol, model_path, sampling, memory)
+    tokenizer = _tokenizer(model_path)
     kwargs = dict(env_kwargs, **({} if args.max_steps is None else {"max_steps": args.max_steps}))
     for task in protocol.tasks:
-        build_env(task, kwargs, "--env-kwargs", seed=protocol.seed_list()[0]).close()
+        env = build_env(task, kwargs, "--env-kwargs", seed=protocol.seed_list()[0])
+        try:
+            _check_budget(env, task, tokenizer, memory, args.max_prompt_tokens, protocol.seed_list()[0], model_path)
+        finally:
+            env.close()
     n_episodes = len(protocol.episodes())
     seed_list = protocol.seed_list()
     seeds_text = f"seeds {seed_list[0]}..{seed_list[-1]}" if seeds is None else f"{len(seed_list)} explicit seeds"
@@ -136,8 +151,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.sampling_seed,
         )
     except EvalModelError as exc:
-        print(f"verlog eval: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     finished = [0]
 
     def progress(rec) -> None:
@@ -165,9 +179,73 @@ def run(args: argparse.Namespace) -> int:
             on_episode=progress,
         )
     except EvalProtocolError as exc:
-        print(f"verlog eval: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     print()
     print(format_table(summary))
     print(f"\nwrote {args.out}/summary.json and episodes.jsonl ({summary['wall_time_s']:.1f} s)")
     return 0
+
+
+def _check_model(args: argparse.Namespace) -> Path:
+    """The model folder ``--model`` designates, loadable: its config.json parses and the prompt budget plus the
+    response fit its context (:mod:`verlog.model_folder`); or UsageError."""
+    from verlog.eval.engine import EvalModelError, resolve_model_path
+    from verlog.model_folder import context_problem, folder_problems
+
+    try:
+        folder = resolve_model_path(args.model)
+    except EvalModelError as exc:
+        raise UsageError(f"--model: {exc}") from None
+    problems = folder_problems(folder)
+    if problems:
+        raise UsageError(f"--model: {problems[0]}")
+    fit = context_problem(folder, args.max_prompt_tokens, args.max_tokens, "--max-prompt-tokens", "--max-tokens")
+    if fit is not None:
+        raise UsageError(fit)
+    return folder
+
+
+def _check_out(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> None:
+    """``--out`` can hold this evaluation: a folder (or one that can be created) without an earlier evaluation, or
+    with ``--resume`` one of the same settings (:func:`verlog.eval.evaluation.other_evaluation`)."""
+    from verlog.eval.evaluation import evaluation_settings, other_evaluation
+    from verlog.eval.report import EPISODES_FILE
+    from verlog.output_folder import creation_problem
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out!r} is a file, not a folder: give the folder for summary.json")
+    problem = creation_problem(out)
+    if problem is not None:
+        raise UsageError(f"--out {args.out!r} cannot be created: {problem}: give a folder under one you can write to")
+    if not (out / EPISODES_FILE).exists():
+        return
+    if not args.resume:
+        raise UsageError(
+            f"{out / EPISODES_FILE} exists from an earlier evaluation: pass --resume to continue it, or choose "
+            "another --out"
+        )
+    settings = evaluation_settings(protocol, model_path, args.engine, sampling, memory, args.max_prompt_tokens)
+    other = other_evaluation(out, settings)
+    if other is not None:
+        raise UsageError(other)
+
+
+def _tokenizer(model_path: Path) -> Any:
+    """The model's tokenizer, with a chat template (every prompt is rendered with it), or UsageError."""
+    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
+
+    try:
+        return load_chat_tokenizer(model_path)
+    except ModelFolderError as exc:
+        raise UsageError(f"--model: {exc}") from None
+
+
+def _check_budget(env: Any, task: str, tokenizer: Any, memory: Any, budget: int, seed: int, model_path: Path) -> None:
+    """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompt_budget.budget_problem`)."""
+    from verlog.prompt_budget import budget_problem
+
+    counted = f"the tokenizer of {model_path}"
+    problem = budget_problem(env, task, tokenizer, memory, budget, "--max-prompt-tokens", counted, seed=seed)
+    if problem is not None:
+        raise UsageError(f"--max-prompt-tokens: {problem}")

@@ -13,19 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
+from verlog.model_folder import ModelFolderError, has_weights, load_chat_tokenizer
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 
 
 class EvalModelError(VerlogError, ValueError):
     """The model to evaluate cannot be found or loaded as given."""
-
-
-def _has_weights(folder: Path) -> bool:
-    return any(any(folder.glob(pattern)) for pattern in _WEIGHT_GLOBS)
 
 
 def resolve_model_path(path: str | Path) -> Path:
@@ -46,7 +42,7 @@ def resolve_model_path(path: str | Path) -> Path:
     configs_without_weights = []
     for folder in candidates:
         if (folder / "config.json").is_file():
-            if _has_weights(folder):
+            if has_weights(folder):
                 return folder
             configs_without_weights.append(folder)
     if configs_without_weights:
@@ -106,19 +102,15 @@ def load_model(
     """
     if engine not in ENGINES:
         raise EvalModelError(f"engine must be one of {ENGINES}, got {engine!r}")
-    from transformers import AutoTokenizer
-
     from verlog.platform.detect import gpu_present
 
     folder = resolve_model_path(path)
     on_gpu = gpu_present()
     chosen = resolve_dtype(dtype, on_gpu)
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise EvalModelError(
-            f"the tokenizer in {folder} has no chat template: prompts are rendered with it; use an instruct model "
-            "or set tokenizer.chat_template and save it"
-        )
+    try:
+        tokenizer = load_chat_tokenizer(folder)
+    except ModelFolderError as exc:
+        raise EvalModelError(str(exc)) from None
     device = "cuda" if on_gpu else "cpu"
     if engine == "transformers":
         import torch

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -20,6 +21,8 @@ from verlog.eval.engine import LoadedModel
 from verlog.eval.protocol import EvalProtocol, EvalProtocolError
 from verlog.eval.report import (
     EPISODES_FILE,
+    SETTINGS_FILE,
+    SUMMARY_FILE,
     TURNS_FILE,
     append_episode_record,
     read_episode_records,
@@ -62,16 +65,22 @@ def evaluate(
     """
     memory = memory if memory is not None else MemoryConfig()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     episodes_path = out / EPISODES_FILE
     wanted = protocol.episodes()
     previous: list[EpisodeRecord] = []
+    settings = evaluation_settings(protocol, model.model_path, model.engine, sampling, memory, max_prompt_tokens)
     if episodes_path.exists():
         if not resume:
             raise EvalProtocolError(
                 f"{episodes_path} exists from an earlier evaluation: pass resume=True (--resume) to continue it, "
                 "or choose another output folder"
             )
+        other = other_evaluation(out, settings)
+        if other is not None:
+            raise EvalProtocolError(other)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    if episodes_path.exists():
         keys = {(s.env_id, s.episode_index, s.seed) for s in wanted}
         previous = [r for r in read_episode_records(episodes_path) if (r.env_id, r.episode_index, r.seed) in keys]
     have = {(r.env_id, r.episode_index, r.seed) for r in previous}
@@ -133,6 +142,106 @@ def evaluate(
     )
     write_summary(out, summary)
     return summary
+
+
+def evaluation_settings(
+    protocol: EvalProtocol,
+    model_path: str | Path,
+    engine: str,
+    sampling: SamplingConfig,
+    memory: MemoryConfig,
+    max_prompt_tokens: int | None,
+) -> dict[str, Any]:
+    """What an evaluation is of, as its summary.json records it (the same keys): the model and engine, sampling,
+    memory, prompt budget and protocol. :func:`other_evaluation` compares two of them."""
+    return {
+        "model": {"path": str(Path(model_path).absolute()), "engine": engine},
+        "sampling": {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "max_tokens": sampling.max_tokens,
+        },
+        "memory_n": memory.n,
+        "keep_reasoning_turns": memory.keep_reasoning_turns,
+        "answer_format": memory.answer_format,
+        "max_prompt_tokens": max_prompt_tokens,
+        "protocol": protocol.as_dict(),
+    }
+
+
+SETTING_OPTIONS = {
+    "model.path": "--model",
+    "model.engine": "--engine",
+    "sampling.temperature": "--temperature",
+    "sampling.top_p": "--top-p",
+    "sampling.top_k": "top_k",
+    "sampling.max_tokens": "--max-tokens",
+    "memory_n": "--memory-n",
+    "keep_reasoning_turns": "--keep-reasoning-turns",
+    "answer_format": "--answer-format",
+    "max_prompt_tokens": "--max-prompt-tokens",
+    "protocol.tasks": "--tasks",
+    "protocol.max_steps": "--max-steps",
+    "protocol.env_kwargs": "--env-kwargs",
+    "protocol.seeds": "--seed-start/--seeds",
+}
+"""The settings an evaluation resumed with ``--resume`` must keep, with the ``verlog eval`` option of each."""
+
+
+def other_evaluation(out_dir: str | Path, settings: dict[str, Any]) -> str | None:
+    """Why the evaluation in ``out_dir`` (its settings.json, else its summary.json) is another evaluation than
+    ``settings`` (:func:`evaluation_settings`), naming each setting that differs; None when it is the same one (more
+    or fewer episodes of the same seeds are the same evaluation, extended or cut) or when it records no settings.
+
+    Resuming another evaluation would mix both into one episodes.jsonl under one summary.
+    """
+    out = Path(out_dir)
+    before = None
+    for name in (SETTINGS_FILE, SUMMARY_FILE):
+        try:
+            before = json.loads((out / name).read_text(encoding="utf-8"))
+            break
+        except (OSError, ValueError):
+            continue
+    if not isinstance(before, dict):
+        return None
+    differs = []
+    for key, option in SETTING_OPTIONS.items():
+        then, now = _select(before, key), _select(settings, key)
+        if key == "protocol.seeds" and isinstance(then, list) and isinstance(now, list):
+            same = then[: len(now)] == now[: len(then)]  # the seeds of the episodes both have
+        elif key == "model.path" and isinstance(then, str):
+            same = Path(then).absolute() == Path(str(now)).absolute()
+        else:
+            same = then == now or then is _ABSENT
+        if not same:
+            differs.append(f"{option} {_shown(then)} there, {_shown(now)} now")
+    if not differs:
+        return None
+    return (
+        f"--out {str(out)!r} holds another evaluation ({'; '.join(differs)}): --resume continues an evaluation with "
+        "the settings it started with, and would mix both into one episodes.jsonl; give those settings, or choose "
+        "another --out"
+    )
+
+
+_ABSENT = object()
+
+
+def _select(data: dict[str, Any], key: str) -> Any:
+    value: Any = data
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(map(str, value[:3]))}, ..., {value[-1]}]"
+    return json.dumps(value) if not isinstance(value, str) else value
 
 
 def _keep_finished_turns(path: Path, finished: set[str]) -> None:

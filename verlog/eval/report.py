@@ -37,6 +37,9 @@ SUMMARY_FORMAT = "verlog.eval/1"
 SUMMARY_FILE = "summary.json"
 EPISODES_FILE = "episodes.jsonl"
 TURNS_FILE = "turns.jsonl"
+SETTINGS_FILE = "settings.json"
+"""What an evaluation was started with (:func:`verlog.eval.evaluation.evaluation_settings`), written before its first
+episode, so that ``--resume`` can tell an interrupted evaluation of other settings."""
 METRICS = ("success", "progression", "return")
 
 

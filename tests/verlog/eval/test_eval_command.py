@@ -202,3 +202,75 @@ def test_bad_inputs_are_refused_before_the_engine_starts(tiny_model: Path, tmp_p
     assert main(["eval", "--model", str(tiny_model), "--tasks", "lake/4x4", "--out", str(tmp_path / "o")]) == 2
     assert "unknown task 'lake/4x4'" in (err := capsys.readouterr().err) and "--import MODULE" in err
     assert not (tmp_path / "o").exists()
+
+
+def _model_copy(tiny_model: Path, folder: Path, config: dict | None = None, chat_template: bool = True) -> Path:
+    shutil.copytree(tiny_model, folder)
+    if config is not None:
+        (folder / "config.json").write_text(
+            json.dumps({**json.loads((tiny_model / "config.json").read_text()), **config})
+        )
+    if not chat_template:
+        (folder / "chat_template.jinja").unlink()
+    return folder
+
+
+def test_model_budget_and_seed_inputs_are_refused_before_the_engine_starts(
+    tiny_model: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Each was a traceback, or an engine start that failed, or (--episodes with --seeds) silently ignored."""
+    import verlog.eval
+
+    monkeypatch.setattr(verlog.eval, "load_model", lambda *a, **k: pytest.fail("the engine started"))
+    out = tmp_path / "o"
+
+    def refused(*extra: str, model: Path = tiny_model) -> str:
+        assert main(["eval", "--model", str(model), "--tasks", "babyai/goto", "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("verlog eval: error: ") and "Traceback" not in err
+        return err
+
+    assert "--episodes does not go with --seeds: --seeds 1,2 plays 2 episode(s) of each task on those seeds" in (
+        refused("--seeds", "1,2", "--episodes", "5")
+    )
+    assert "--seed-start does not go with --seeds" in refused("--seeds", "1,2", "--seed-start", "7")
+    assert "--max-prompt-tokens: 10 tokens do not hold the first prompt of babyai/goto (" in refused(
+        "--max-prompt-tokens", "10"
+    )
+    assert f"counted with the tokenizer of {tiny_model}): raise --max-prompt-tokens to at least" in refused(
+        "--max-prompt-tokens", "10"
+    )
+    short = _model_copy(tiny_model, tmp_path / "short", {"max_position_embeddings": 512})
+    assert "--max-prompt-tokens=1024 + --max-tokens=512 = 1536 tokens exceed the model's context of 512 tokens" in (
+        refused(model=short)
+    )
+    base = _model_copy(tiny_model, tmp_path / "base", chat_template=False)
+    assert f"--model: the tokenizer in {base} has no chat template" in refused(model=base)
+    truncated = _model_copy(tiny_model, tmp_path / "truncated")
+    (truncated / "config.json").write_text((tiny_model / "config.json").read_text()[:40])
+    assert "config.json does not parse" in refused(model=truncated)
+    (tmp_path / "file").write_text("x")
+    assert main(["eval", "--model", str(tiny_model), "--tasks", "babyai/goto", "--out", str(tmp_path / "file" / "o")])
+    assert f"cannot be created: {tmp_path / 'file'} is a file, not a folder" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_into_another_evaluation_is_refused(tiny_model: Path, tmp_path: Path, capsys, one_torch_thread):
+    """--resume into the folder of another model or other settings mixed both into one episodes.jsonl and one
+    summary; the same evaluation with more episodes is still resumed."""
+    out = tmp_path / "eval"
+    model = ["--model", str(tiny_model), "--tasks", "babyai/goto", "--engine", "transformers", "--out", str(out)]
+    args = ["eval", *model, "--episodes", "1", "--max-steps", "2", "--max-tokens", "4", "--bootstrap-resamples", "20"]
+    assert main(args) == 0
+    capsys.readouterr()
+    before = (out / "episodes.jsonl").read_text()
+    other = _model_copy(tiny_model, tmp_path / "other")
+    changed = [*args, "--resume", "--temperature", "0.5", "--env-kwargs", '{"num_dists": 1}']
+    changed[changed.index(str(tiny_model))] = str(other)
+    assert main(changed) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"verlog eval: error: --out '{out}' holds another evaluation (--model {tiny_model} there, ")
+    assert '--temperature 1.0 there, 0.5 now; --env-kwargs {} there, {"num_dists": 1} now)' in err
+    assert (out / "episodes.jsonl").read_text() == before
+    assert main(["eval", *model, "--episodes", "2", *args[11:], "--resume"]) == 0  # more episodes: the same evaluation
+    assert json.loads((out / "summary.json").read_text())["episodes_resumed"] == 1
