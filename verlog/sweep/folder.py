@@ -70,7 +70,7 @@ def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
+        json.dump(data, f, indent=1)  # keys in their order: a space's params are sampled in file order
         f.write("\n")
     os.replace(tmp, path)
 
@@ -107,7 +107,7 @@ def check_folder(out: str | os.PathLike, space: SearchSpace) -> tuple[SweepFolde
             f"--out {text!r} holds something other than a sweep ({shown}) and no sweep.json; give a new or empty folder"
         )
     if saved.get("fingerprint") != space.fingerprint():
-        differs = first_difference(saved.get("space") or {}, space.as_dict())
+        differs = first_difference(saved.get("space") or {}, space.as_dict()) or "its keys come in another order"
         raise SweepSpaceError(
             f"--out {text!r} holds a sweep of another search space ({differs}); give a new --out folder, or resume "
             f"that sweep with its own space: verlog sweep {root / 'space.yaml'} --out {text}"
@@ -157,6 +157,7 @@ def read_sweep(root: str | os.PathLike) -> tuple[SweepFolder, SearchSpace, list[
         raise SweepSpaceError(
             f"{os.fspath(root)!r} {what}: give the --out folder of a `verlog sweep SPACE.yaml --out DIR` run"
         )
-    space = parse_space(saved["space"], str(folder.sweep_file))
+    given = str(saved.get("space_file") or folder.sweep_file)
+    space = parse_space(saved["space"], Path(given).name if Path(given).is_absolute() else given)
     trials = [Trial(t["id"], int(t["config"]), dict(t["params"]), t.get("seed")) for t in saved["trials"]]
     return folder, space, trials

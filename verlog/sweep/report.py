@@ -103,7 +103,7 @@ def render_markdown(report: SweepReport, plots: dict[str, str] | None = None) ->
         f"# Sweep {space.name}: diagnosis",
         "",
         f"{len(report.results)} trials ({counts}); {len(report.scored)} with an outcome, the objective "
-        f"`{metric}` ({better} is better; its last value in each trial). Search space: `{Path(space.source).name}`, "
+        f"`{metric}` ({better} is better; its last value in each trial). Search space: `{space.source}`, "
         f"{space.method} sampling; method: docs/sweeps.md.",
         "",
     ]

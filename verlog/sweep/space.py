@@ -227,9 +227,10 @@ class SearchSpace:
         return data
 
     def fingerprint(self) -> str:
-        """A hash of everything that decides the trials and their outcome (not ``parallel``, nor the name)."""
+        """A hash of everything that decides the trials and their outcome (not ``parallel``, nor the name); the order
+        of ``params`` counts (random sampling draws the keys in that order)."""
         data = {k: v for k, v in self.as_dict().items() if k not in ("parallel", "name")}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
