@@ -1,9 +1,9 @@
 """The statistical diagnosis of a sweep: which hyperparameters change the outcome, which values are best, and a
 configuration that is best across resamples of the trials rather than the single luckiest trial. Pure numpy.
 
-Each swept key splits the trials into levels: its values (a choice, an integer range, a grid's points), or, for a
-float range sampled at random, :data:`RANGE_BINS` equal-width bins (in log space for a log-uniform range); a
-conditional key also has the level :data:`UNSET` (trials where it was not set).
+Each swept key splits the trials into levels: its values (a choice; a range whose trials hold few distinct values,
+such as a grid's points or a short integer range), or else :data:`RANGE_BINS` equal-width bins over the range (in log
+space for a log-uniform range); a conditional key also has the level :data:`UNSET` (trials where it was not set).
 
 The bootstrap resamples configurations, each with all its trials (a configuration run with several seeds is one
 draw, so its seeds are never split): with ``G`` configurations, ``idx = default_rng(seed).integers(0, G, size=(B,
@@ -40,7 +40,9 @@ from verlog.sweep.space import Param, format_value
 UNSET = "(unset)"
 """The level of a conditional key in trials where its condition did not hold."""
 RANGE_BINS = 3
-"""Bins of a float range sampled at random (fewer when the trials hold fewer distinct values)."""
+"""Bins of a range sampled at random (fewer when the trials hold fewer distinct values)."""
+MAX_INTEGER_LEVELS = 6
+"""An integer range whose trials hold at most this many distinct values keeps one level per value."""
 
 
 class DiagnosisError(VerlogError, ValueError):
@@ -113,7 +115,8 @@ class Diagnosis:
 def levels_of(param: Param, values: Sequence[Any], bins: int = RANGE_BINS) -> Levels:
     """The levels ``param`` splits trials into, given each trial's value (``None``: the key was not set)."""
     present = [v for v in values if v is not None]
-    if param.discrete or len(set(present)) <= bins:
+    exact = param.kind == "choice" or len(set(present)) <= max(bins, param.points or 0)
+    if exact or (param.kind == "int" and len(set(present)) <= MAX_INTEGER_LEVELS):
         order = list(param.values) if param.kind == "choice" else sorted(set(present))
         seen = [v for v in order if v in present]
         labels = [format_value(v) for v in seen]
@@ -128,7 +131,8 @@ def levels_of(param: Param, values: Sequence[Any], bins: int = RANGE_BINS) -> Le
         shown = np.exp(edges) if log else edges
         labels = [f"[{shown[b]:.3g}, {shown[b + 1]:.3g}{']' if b == bins - 1 else ')'}" for b in used]
         index = [-1 if b is None else used.index(b) for b in raw]
-        reps = [float(f"{np.median([v for v, b in zip(values, raw) if b == u]):.3g}") for u in used]
+        medians = [float(np.median([v for v, b in zip(values, raw) if b == u])) for u in used]
+        reps = [round(m) if param.kind == "int" else float(f"{m:.3g}") for m in medians]
     if any(i < 0 for i in index):
         labels.append(UNSET)
         reps.append(None)

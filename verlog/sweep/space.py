@@ -97,8 +97,8 @@ class Param:
 
     @property
     def discrete(self) -> bool:
-        """Whether the key takes a few exact values (a choice, an integer range or a range given grid points)."""
-        return self.kind in ("choice", "int") or self.points is not None
+        """Whether the key takes exact values that a condition can name (a choice or an integer range)."""
+        return self.kind in ("choice", "int")
 
     def sample(self, rng: np.random.Generator) -> Any:
         """One value drawn with ``rng``: uniform over a choice or an integer range, uniform or log-uniform over a
@@ -353,7 +353,7 @@ def parse_space(data: Any, source: str = "the search space") -> SearchSpace:
     )
     if method == "grid":
         for p in params:
-            if not p.discrete:
+            if p.kind in ("uniform", "loguniform") and p.points is None:
                 raise SweepSpaceError(
                     f"{source}: params.{p.key}: a {p.kind} range in a grid needs points: N (the values it takes); "
                     "add points, or use sampling.method: random"
@@ -474,7 +474,9 @@ def _parse_params(params: Any, source: str) -> list[Param]:
                     f"{source}: params.{p.key}: when names {other!r}, a continuous range that never takes an exact "
                     "value; condition on a choice or an integer key"
                 )
-            reachable = parent.grid_values()
+            reachable = (
+                list(parent.values) if parent.kind == "choice" else list(range(int(parent.low), int(parent.high) + 1))
+            )
             never = [v for v in allowed if v not in reachable]
             if never:
                 raise SweepSpaceError(

@@ -185,6 +185,12 @@ def test_levels_of_choices_ranges_and_unset_trials() -> None:
     assert few.labels == ("0.25", "0.5") and few.index == (1, 0, 1)  # fewer distinct values than bins: as they are
     ints = levels_of(Param("w", "int", low=0, high=9), [3, 1, 3, 7, 9])
     assert ints.labels == ("1", "3", "7", "9")
+    many = levels_of(Param("w", "int", low=0, high=9), [0, 1, 2, 3, 4, 5, 6, 9])
+    assert many.labels == ("[0, 3)", "[3, 6)", "[6, 9]") and many.values == (1, 4, 8)  # medians, as integers
+    grid = levels_of(Param("g", "uniform", low=0.0, high=1.0, points=5), [0.0, 0.25, 0.5, 0.75, 1.0, 0.5])
+    assert grid.labels == ("0.0", "0.25", "0.5", "0.75", "1.0")  # a grid's points stay levels
+    drawn = levels_of(Param("g", "uniform", low=0.0, high=1.0, points=5), [i / 10 for i in range(11)])
+    assert len(drawn.labels) == 3  # the same key sampled at random: binned
 
 
 def test_recommend_sets_a_conditional_key_only_where_its_condition_holds() -> None:

@@ -329,3 +329,20 @@ def test_with_an_eval_section_the_trial_saves_its_model_for_verlog_eval(tmp_path
     assert "checkpoint.save_freq=${iterations}" not in trial_overrides(own, sample_trials(own)[0], tmp_path / "run")
     plain = trial_overrides(parse_space(SPACE), trial, tmp_path / "run")
     assert plain[-2:] == [f"output_dir={tmp_path / 'run'}", "checkpoint.resume=auto"]
+
+
+@pytest.mark.slow  # 48 trials checked
+def test_the_documented_space_passes_the_dry_run(tmp_path: Path, capsys, monkeypatch) -> None:
+    """docs/sweeps.md's example space (its first yaml block), as a user would copy it."""
+    import re
+
+    block = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "sweeps.md").read_text(), re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(block)
+    assert main(["sweep", "space.yaml", "--out", "out", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "random sampling, 48 trials" in out and "early stopping: asha on eval/success, grace period 4" in out
+    assert "each then runs verlog eval" in out
+    rows = [line.split("\t") for line in out.splitlines() if line[:3].isdigit()]
+    assert {r[6] for r in rows} == {"dual_gae", "gigpo"}
+    assert all((r[7] == "-") == (r[6] == "dual_gae") for r in rows)  # group_size only with gigpo

@@ -216,6 +216,23 @@ def test_a_conditional_key_is_set_exactly_where_its_condition_holds() -> None:
     assert {c["algorithm.estimator"] for c in configs} == {"dual_gae", "grpo", "gigpo"}
 
 
+def test_a_condition_may_name_an_integer_key() -> None:
+    space = parse_space(
+        {
+            "params": {"a.n": {"int": [1, 3]}, "a.x": {"uniform": [0, 1], "when": {"a.n": [2, 3]}}},
+            "sampling": {"trials": 40},
+        }
+    )
+    assert all(("a.x" in c) == (c["a.n"] >= 2) for c in sample_configurations(space))
+    with pytest.raises(SweepSpaceError, match=r"when asks a\.n to be 4, which it never takes"):
+        parse_space(
+            {
+                "params": {"a.n": {"int": [1, 3]}, "a.x": {"choice": [1, 2], "when": {"a.n": 4}}},
+                "sampling": {"trials": 2},
+            }
+        )
+
+
 def test_the_grid_is_the_product_of_the_active_keys() -> None:
     space = parse_space(
         {
