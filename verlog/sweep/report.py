@@ -157,6 +157,8 @@ def _recommendation(report: SweepReport, d: Diagnosis) -> list[str]:
             f"| {p.key} | {effect.recommended} | {_pct(stats.p_best)} | {_num(stats.mean)} "
             f"{_interval(stats.mean_low, stats.mean_high)} | {stats.n} | {shown} |"
         )
+    others = sum(1 for r in report.scored if r.outcome == best.outcome) - 1
+    tied = f" (as did {others} other trial{'s' if others > 1 else ''})" if others else ""
     wanted = {k: d.effect(k).recommended for k in report.recommended}
     same = all(lv.labels[lv.index[b]] == wanted.get(lv.key, UNSET) for lv in report.levels)
     verdict = (
@@ -169,7 +171,7 @@ def _recommendation(report: SweepReport, d: Diagnosis) -> list[str]:
         "",
         f"As overrides: `{describe_params(report.recommended)}`.",
         "",
-        f"The single best trial, {best.trial.id}, reached {_num(best.outcome)}; {verdict}",  # type: ignore[arg-type]
+        f"The single best trial, {best.trial.id}, reached {_num(best.outcome)}{tied}; {verdict}",  # type: ignore[arg-type]
         "",
     ]
     return lines

@@ -33,8 +33,9 @@ TUNE_OBJECT_STORE_BYTES = 200 * 1024**2
 
 def eval_arguments(cfg: TrainConfig, settings: EvalSettings, out_dir: str, imports: Sequence[str]) -> tuple[str, ...]:
     """``verlog eval``'s options for a trial's trained model: ``settings``' episodes and seeds, and the trial's env,
-    env kwargs, memory, answer format, token budgets and sampling temperature (unless ``settings`` gives one)."""
-    temperature = cfg.sampling.temperature if settings.temperature is None else settings.temperature
+    env kwargs, memory, answer format, token budgets and the in-training evaluation's temperature (unless
+    ``settings`` gives one)."""
+    temperature = cfg.evaluation.temperature if settings.temperature is None else settings.temperature
     args = [
         "--tasks", cfg.env.id,
         "--episodes", str(settings.episodes),

@@ -346,3 +346,30 @@ def test_the_documented_space_passes_the_dry_run(tmp_path: Path, capsys, monkeyp
     rows = [line.split("\t") for line in out.splitlines() if line[:3].isdigit()]
     assert {r[6] for r in rows} == {"dual_gae", "gigpo"}
     assert all((r[7] == "-") == (r[6] == "dual_gae") for r in rows)  # group_size only with gigpo
+
+
+def test_the_eval_options_follow_the_trial_and_verlog_eval_takes_them(tmp_path: Path) -> None:
+    from verlog.cli import build_parser
+    from verlog.sweep.checks import check_trials
+    from verlog.sweep.runner import eval_arguments
+
+    base = {**SPACE["base"], "evaluation.temperature": 0.5}
+    space = parse_space({**SPACE, "base": base, "eval": {"episodes": 6, "seed_start": 500, "args": ["--quiet"]}})
+    trial = sample_trials(space)[0]
+    (checked,) = check_trials(space, [trial], {trial.id: tmp_path / "run"})
+    args = eval_arguments(checked.config, space.eval, str(tmp_path / "eval"), ["my_envs"])
+    parsed = build_parser().parse_args(["eval", "--model", str(tmp_path / "run" / "checkpoints"), *args])
+    assert (parsed.tasks, parsed.episodes, parsed.seed_start, parsed.out) == (
+        "toy/delayed",
+        6,
+        500,
+        str(tmp_path / "eval"),
+    )
+    cfg = checked.config
+    assert json.loads(parsed.env_kwargs) == dict(cfg.env.kwargs)
+    assert (parsed.max_tokens, parsed.max_prompt_tokens) == (
+        cfg.rollout.max_response_tokens,
+        cfg.rollout.max_prompt_tokens,
+    )
+    assert (parsed.memory_n, parsed.answer_format, parsed.temperature) == (cfg.memory.n, cfg.memory.answer_format, 0.5)
+    assert parsed.resume and parsed.quiet and parsed.imports == ["my_envs"]
