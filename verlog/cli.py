@@ -12,6 +12,7 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from verlog.version import __version__
 
@@ -29,8 +30,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line, as every bad input of verlog's: ``verlog COMMAND: error: <what>; <the
+    fix>`` (argparse prints the usage first), exit code 2; the subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; `{self.prog} --help` lists the arguments\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="verlog",
         description="Multi-turn PPO for LLM agents on long-horizon text games (BabyAI, BabaIsAI, Crafter), on verl.",
     )
@@ -68,7 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):
         args.overrides.extend(extra)  # `verlog train a=1 --dry-run b=2`: overrides on both sides of an option
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        name = f"verlog {args.command}" if args.command else "verlog"
+        print(
+            f"{name}: error: unrecognized arguments: {' '.join(extra)}; `{name} --help` lists the arguments",
+            file=sys.stderr,
+        )
+        return 2
     if args.command is None:
         parser.print_help()
         return 0

@@ -15,13 +15,13 @@ def creation_problem(path: str | os.PathLike) -> str | None:
     """Why the folder ``path`` can be neither used nor created, or None when it can.
 
     Returns:
-        ``"it is a file, not a folder"``, ``"<parent> is a file, not a folder"`` (the nearest existing path above
+        ``"<path> is a file, not a folder"``, ``"<parent> is a file, not a folder"`` (the nearest existing path above
         it), ``"<folder> is not writable"``, or None.
     """
     folder = Path(path).expanduser()
     if folder.exists():
         if not folder.is_dir():
-            return "it is a file, not a folder"
+            return f"{folder} is a file, not a folder"
         return None if os.access(folder, os.W_OK | os.X_OK) else f"{folder} is not writable"
     parent = next((p for p in folder.absolute().parents if p.exists()), None)
     if parent is None:  # not even the root exists: nothing to say beyond what the OS will

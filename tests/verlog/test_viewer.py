@@ -174,7 +174,7 @@ def test_named_errors(tmp_path: Path, capsys, setup: str, message: str) -> None:
         (target / "tapes" / "train.jsonl").write_text(body)
     assert main(["view", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("verlog view: ") and message in err and "Traceback" not in err
+    assert err.startswith("verlog view: error: ") and message in err and "Traceback" not in err
 
 
 def test_a_cut_last_line_is_skipped(run_dir: Path, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
+from verlog.output_folder import creation_problem
 
 EXIT_USAGE = 2
 """Exit code of every refused input (argparse's too)."""
@@ -231,14 +232,21 @@ def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool =
 
 # ------------------------------------------------------------------------------------------------ folders
 def check_output_folder(path: str | os.PathLike, option: str, *, force: bool, what: str) -> Path:
-    """The folder ``path`` to write ``what`` into: refused when it is empty text, a file, or (without ``force``) a
-    non-empty folder, so that nothing is overwritten silently."""
+    """The folder ``path`` to write ``what`` into: refused when it is empty text, a file, under a file or not
+    writable (:func:`verlog.output_folder.creation_problem`), or (without ``force``) a non-empty folder, so that
+    nothing is overwritten silently."""
     text = os.fspath(path)
     if not text.strip():
         raise UsageError(f"{option} is empty: give the folder to write {what} into")
     folder = Path(text)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{option} {text!r} is a file, not a folder: give a folder to write {what} into")
+    problem = creation_problem(folder)
+    if problem is not None:  # e.g. a file where a folder above it should be
+        raise UsageError(
+            f"{option} {text!r} cannot be created: {problem}: give a folder to write {what} into, under one you can "
+            "write to"
+        )
     if folder.is_dir() and not force:
         entries = sorted(p.name for p in folder.iterdir())
         if entries:

@@ -52,17 +52,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_tokenizer(path: str):
-    """The tokenizer of a model folder (or hub id), or UsageError: a path that does not exist is not tried."""
+    """The tokenizer of a model folder (or hub id), with a chat template (the prompts are rendered with it), or
+    UsageError: a path that does not exist is not tried."""
     if path.startswith((os.sep, ".", "~")) and not os.path.isdir(os.path.expanduser(path)):
         raise UsageError(
             f"--tokenizer {path!r} is not a folder: give a model folder (e.g. one `verlog tiny-model` wrote)"
         )
-    from transformers import AutoTokenizer
+    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(os.path.expanduser(path))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--tokenizer {path!r}: no tokenizer can be loaded from it ({exc})") from None
+        return load_chat_tokenizer(os.path.expanduser(path))
+    except ModelFolderError as exc:
+        raise UsageError(f"--tokenizer {path!r}: {exc}") from None
+
+
+def _check_budget(config, tokenizer, tokenizer_path: str) -> None:
+    """The env's first prompt fits ``--max-prompt-tokens`` (:func:`verlog.prompt_budget.budget_problem`), before any
+    demonstration is played."""
+    from verlog.memory import MemoryConfig
+    from verlog.prompt_budget import budget_problem
+
+    memory = MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format)
+    env = build_env(config.env_id, config.env_kwargs, "--env-kwargs", seed=config.seed_start)
+    try:
+        problem = budget_problem(
+            env,
+            config.env_id,
+            tokenizer,
+            memory,
+            config.max_prompt_tokens,
+            "--max-prompt-tokens",
+            f"the tokenizer of {tokenizer_path}",
+            seed=config.seed_start,
+        )
+    finally:
+        env.close()
+    if problem is not None:
+        raise UsageError(f"--max-prompt-tokens: {problem}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     check_output_folder(args.out, "--out", force=args.force, what="demonstrations")
     tokenizer = None if args.tokenizer is None else _load_tokenizer(args.tokenizer)
+    if tokenizer is not None and config.max_prompt_tokens is not None:
+        _check_budget(config, tokenizer, args.tokenizer)
     try:
 
         def progress(i: int, episode: DemoEpisode) -> None:

@@ -4,11 +4,16 @@ format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid a
 from __future__ import annotations
 
 import argparse
-import sys
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from verlog.commands.common import (
+    UsageError,
     add_answer_format_argument,
     add_import_argument,
+    build_env,
     check_env_id,
     check_output_folder,
     float_in,
@@ -54,10 +59,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.testing import DEFAULT_CORPUS, build_tiny_model, env_corpus
+    """Check every input, build the model (and warm-start it) in a staging folder, then move it into OUT: a failure
+    or Ctrl-C at any point leaves OUT as it was (nothing is written)."""
+    from transformers.utils import logging as transformers_logging
+
+    from verlog.errors import PromptTooLongError
+    from verlog.model_folder import load_chat_tokenizer
+    from verlog.testing import DEFAULT_CORPUS, TinyModelSpec, build_tiny_model, env_corpus
     from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
     import_user_modules(args.imports)
+    spec = TinyModelSpec(
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        intermediate_size=args.intermediate_size or 2 * args.hidden_size,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+    )
+    try:
+        spec.validate()
+    except ValueError as exc:
+        raise UsageError(f"{exc} (--hidden-size, --num-heads, --num-kv-heads, --vocab-size)") from None
     warm = None
     if args.warm_start is not None:
         check_env_id(args.warm_start, "--warm-start")
@@ -75,37 +99,60 @@ def run(args: argparse.Namespace) -> int:
         try:
             warm.check()
         except WarmStartError as exc:
-            print(f"verlog tiny-model: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
     for env_id in args.tokenizer_env:
         check_env_id(env_id, "--tokenizer-env")
-    check_output_folder(args.out, "OUT", force=args.force, what="the model")
+    out = check_output_folder(args.out, "OUT", force=args.force, what="the model")
     corpus = [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
+    transformers_logging.disable_progress_bar()  # stderr is for errors (a tiny model takes no time to write)
+    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-model-"))
     try:
-        path = build_tiny_model(
-            args.out,
-            corpus=corpus,
-            hidden_size=args.hidden_size,
-            num_layers=args.num_layers,
-            num_heads=args.num_heads,
-            num_kv_heads=args.num_kv_heads,
-            intermediate_size=args.intermediate_size or 2 * args.hidden_size,
-            vocab_size=args.vocab_size,
-            seed=args.seed,
-        )
-    except ValueError as exc:
-        print(f"verlog tiny-model: {exc}", file=sys.stderr)
-        return 2
-    print(f"tiny model written to {path}")
-    if warm is not None:
+        build_tiny_model(staging, corpus=corpus, spec=spec)
+        if warm is not None:  # counted with the tokenizer as the warm start loads it (from the model folder)
+            _check_budget(load_chat_tokenizer(staging), warm)
+            print(f"tiny model built; warm start on {warm.env_id}", flush=True)
 
-        def progress(step: int, loss: float) -> None:
-            print(f"[warm-start] step {step}/{warm.steps}: loss {loss:.3f}", flush=True)
+            def progress(step: int, loss: float) -> None:
+                print(f"[warm-start] step {step}/{warm.steps}: loss {loss:.3f}", flush=True)
 
-        stats = warm_start(path, warm, progress=progress)
-        print(
-            f"[warm-start] {warm.env_id}: {stats['steps']:.0f} steps on {stats['rows']:.0f} random-answer rows "
-            f"(answers {stats['answer_tokens_mean']:.1f} tokens) in {stats['wall_s']:.0f} s; loss "
-            f"{stats['first_loss']:.2f} -> {stats['last_loss']:.2f}"
-        )
+            try:
+                stats = warm_start(staging, warm, progress=progress)
+            except (PromptTooLongError, WarmStartError) as exc:  # a later prompt, longer than the first one
+                raise UsageError(f"the warm start failed: {exc}; nothing was written") from None
+            print(
+                f"[warm-start] {warm.env_id}: {stats['steps']:.0f} steps on {stats['rows']:.0f} random-answer rows "
+                f"(answers {stats['answer_tokens_mean']:.1f} tokens) in {stats['wall_s']:.0f} s; loss "
+                f"{stats['first_loss']:.2f} -> {stats['last_loss']:.2f}"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        for item in sorted(staging.iterdir()):  # files of the same name are replaced (--force)
+            shutil.move(str(item), str(out / item.name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"tiny model written to {out}")
     return 0
+
+
+def _check_budget(tokenizer: Any, warm: Any) -> None:
+    """The warm-start env's first prompt fits ``--max-prompt-tokens`` with the new model's tokenizer, before any
+    step is trained (:func:`verlog.prompt_budget.budget_problem`)."""
+    from verlog.memory import MemoryConfig
+    from verlog.prompt_budget import budget_problem
+
+    memory = MemoryConfig(warm.memory_n, warm.keep_reasoning_turns, warm.answer_format)
+    env = build_env(warm.env_id, dict(warm.env_kwargs), "the warm start's env kwargs", seed=warm.seed)
+    try:
+        problem = budget_problem(
+            env,
+            warm.env_id,
+            tokenizer,
+            memory,
+            warm.max_prompt_tokens,
+            "--max-prompt-tokens",
+            "the new model's tokenizer",
+            seed=warm.seed,
+        )
+    finally:
+        env.close()
+    if problem is not None:
+        raise UsageError(f"--max-prompt-tokens: {problem}; nothing was written")

@@ -9,10 +9,11 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from verlog.commands.common import int_at_least
     from verlog.viewer.build import DEFAULT_MAX_EPISODES
 
     parser.add_argument(
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="the HTML file to write (default: RUN_DIR/view.html)")
     parser.add_argument(
         "--max-episodes",
-        type=int,
+        type=int_at_least(0),
         default=DEFAULT_MAX_EPISODES,
         help=f"embed the turns of at most this many episodes, evenly spaced (default {DEFAULT_MAX_EPISODES})",
     )
@@ -29,13 +30,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verlog.commands.common import UsageError
+    from verlog.output_folder import creation_problem
     from verlog.viewer import ViewError, build_view
 
+    if args.out is not None:
+        folder = Path(args.out).parent
+        problem = creation_problem(folder)
+        if problem is not None or Path(args.out).is_dir():
+            why = problem if problem is not None else f"{args.out} is a folder"
+            raise UsageError(f"--out {args.out!r} cannot be written: {why}: give the path of an HTML file")
     try:
         result = build_view(args.run_dir, args.out, max_episodes=args.max_episodes, frames=not args.no_frames)
     except ViewError as exc:
-        print(f"verlog view: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     size = result.bytes / 1024
     print(
         f"wrote {result.path} ({size:,.0f} KiB: {result.episodes} episodes, turns of {result.embedded} embedded, "

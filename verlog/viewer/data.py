@@ -146,7 +146,7 @@ def load_run(folder: str | Path) -> RunData:
     """
     root = Path(folder)
     if not root.exists():
-        raise ViewError(f"{root}: no such folder")
+        raise ViewError(f"{root}: no such folder: give a `verlog train` output_dir or a `verlog eval --out` folder")
     if not root.is_dir():
         raise ViewError(f"{root} is a file, not a run folder ({EXPECTED})")
     if not any(root.iterdir()):
