@@ -1,15 +1,18 @@
 """What a Hugging Face model folder must hold before anything loads it from there.
 
 A ``config.json`` that parses, weights, a tokenizer with a chat template (every prompt is rendered with it), and a
-context (``max_position_embeddings``) that holds the prompt budget plus the response. ``verlog eval``, ``verlog
+context (``max_position_embeddings``) that holds the prompt budget plus the response; and the sizes of a tiny model
+to build there (:class:`TinyModelSpec`), checked before it is built. ``verlog eval``, ``verlog
 demos`` and ``verlog train``'s preflight check these first, so that a truncated copy or a base model's folder is one
 line naming the file and the fix, not a traceback after Ray or an engine started.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,39 @@ WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 """The weight files of a Hugging Face folder (one file or shards)."""
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """Where a config.json gives the model's context length, in the order looked at."""
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """The sizes of a tiny random-weight model (``verlog tiny-model``, ``model.build_tiny``:
+    :func:`verlog.testing.build_tiny_model` builds it). head_dim must be >= 32 for vLLM's CPU attention."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    intermediate_size: int = 128
+    vocab_size: int = 512
+    max_position_embeddings: int = 4096
+    seed: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def validate(self) -> None:
+        """Raise ValueError naming a size the model cannot have, and the fix."""
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must divide by num_heads {self.num_heads}")
+        if self.head_dim < 32:
+            raise ValueError(
+                f"head_dim = hidden_size / num_heads = {self.head_dim}; vLLM's CPU attention needs >= 32: "
+                "raise hidden_size or lower num_heads"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} must divide by num_kv_heads {self.num_kv_heads}")
+        if self.vocab_size < 300:
+            raise ValueError(f"vocab_size {self.vocab_size} is below the 256 byte tokens plus merges: use >= 300")
 
 
 class ModelFolderError(VerlogError, ValueError):
@@ -113,3 +149,24 @@ def load_chat_tokenizer(folder: str | os.PathLike) -> Any:
             "(chat) model, or set tokenizer.chat_template and save it there (tokenizer.save_pretrained)"
         )
     return tokenizer
+
+
+def tiny_model_problem(sizes: dict[str, Any], prompt_tokens: int, response_tokens: int) -> str | None:
+    """Why a tiny model of ``sizes`` (:class:`TinyModelSpec`'s fields, ``model.tiny``) cannot be built or cannot hold
+    ``prompt_tokens + response_tokens``; None when it can."""
+    names = [f.name for f in dataclasses.fields(TinyModelSpec)]
+    unknown = sorted(set(sizes) - set(names))
+    if unknown:
+        return f"model.tiny has no size {', '.join(unknown)}: its sizes are {', '.join(names)}"
+    try:
+        spec = TinyModelSpec(**sizes)
+        spec.validate()
+    except (TypeError, ValueError) as exc:
+        return f"model.tiny: {exc}"
+    if prompt_tokens + response_tokens > spec.max_position_embeddings:
+        return (
+            f"rollout.max_prompt_tokens={prompt_tokens} + rollout.max_response_tokens={response_tokens} exceed the "
+            f"tiny model's context of {spec.max_position_embeddings} tokens: lower them, or raise "
+            "model.tiny.max_position_embeddings"
+        )
+    return None

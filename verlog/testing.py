@@ -12,8 +12,10 @@ import glob
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+
+from verlog.model_folder import TinyModelSpec
 
 # ChatML, as Qwen2.5 uses it (without the tool-calling branches). ``add_generation_prompt`` opens an assistant turn.
 CHAT_TEMPLATE = (
@@ -51,37 +53,6 @@ DEFAULT_CORPUS = [
     "ball 2 steps to the right and 1 step down door 3 steps to the left idle up right down left",
     "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 , . : ; ! ? ' \" ( ) [ ] - _ / \n",
 ]
-
-
-@dataclass(frozen=True)
-class TinyModelSpec:
-    """The sizes of a tiny model. head_dim must be >= 32 for vLLM's CPU attention."""
-
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    intermediate_size: int = 128
-    vocab_size: int = 512
-    max_position_embeddings: int = 4096
-    seed: int = 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def validate(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must divide by num_heads {self.num_heads}")
-        if self.head_dim < 32:
-            raise ValueError(
-                f"head_dim = hidden_size / num_heads = {self.head_dim}; vLLM's CPU attention needs >= 32: "
-                "raise hidden_size or lower num_heads"
-            )
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} must divide by num_kv_heads {self.num_kv_heads}")
-        if self.vocab_size < 300:
-            raise ValueError(f"vocab_size {self.vocab_size} is below the 256 byte tokens plus merges: use >= 300")
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int):

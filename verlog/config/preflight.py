@@ -209,7 +209,9 @@ def check_model(cfg: TrainConfig) -> list[Problem]:
     folder = Path(path).expanduser()
     if cfg.model.build_tiny:  # a model folder there already is used as it is
         built = (folder / "config.json").is_file()
-        return check_model_folder(cfg, folder) if built else _check_tiny_target(folder)
+        if built:
+            return check_model_folder(cfg, folder)
+        return _check_tiny_target(folder) + _check_tiny_sizes(cfg)
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             return [
@@ -250,6 +252,18 @@ def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:
     if fit is not None:
         problems.append(Problem("rollout.max_prompt_tokens", fit))
     return problems
+
+
+def _check_tiny_sizes(cfg: TrainConfig) -> list[Problem]:
+    """The tiny model ``model.build_tiny`` builds at launch can be built (``model.tiny``'s sizes) and holds the prompt
+    budget plus the response (:func:`verlog.model_folder.tiny_model_problem`)."""
+    from verlog.model_folder import tiny_model_problem
+
+    ro = cfg.rollout
+    problem = tiny_model_problem(dict(cfg.model.tiny), ro.max_prompt_tokens, ro.max_response_tokens)
+    if problem is None:
+        return []
+    return [Problem("rollout.max_prompt_tokens" if problem.startswith("rollout.") else "model.tiny", problem)]
 
 
 def _check_tiny_target(folder: Path) -> list[Problem]:

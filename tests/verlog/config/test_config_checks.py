@@ -236,6 +236,24 @@ def test_a_model_folder_must_load_as_the_launch_loads_it(tiny_model: Path, tmp_p
     assert "has no chat template" in check_model(cfg)[0].message
 
 
+def test_the_tiny_model_built_at_launch_is_checked_first() -> None:
+    """model.tiny's sizes failed in build_tiny_model at launch, with a traceback."""
+    cfg = TrainConfig()
+    assert check_model(cfg) == []
+    cfg.model.tiny = {**cfg.model.tiny, "hidden_size": 40}
+    assert [str(p) for p in check_model(cfg)] == [
+        "model.tiny: head_dim = hidden_size / num_heads = 20; vLLM's CPU attention needs >= 32: raise hidden_size or "
+        "lower num_heads"
+    ]
+    cfg.model.tiny = {"hiden_size": 96}
+    assert "model.tiny has no size hiden_size: its sizes are hidden_size, num_layers" in str(check_model(cfg)[0])
+    cfg.model.tiny = {"max_position_embeddings": 1000}
+    (problem,) = check_model(cfg)
+    assert problem.key == "rollout.max_prompt_tokens" and "exceed the tiny model's context of 1000 tokens" in str(
+        problem
+    )
+
+
 def test_prompt_budget_counts_with_the_models_tokenizer_when_there_is_one(tiny_model: Path) -> None:
     overrides = ["model.build_tiny=false", f"model.path={tiny_model}", "rollout.max_prompt_tokens=64"]
     with pytest.raises(TrainConfigError, match=f"counted with the tokenizer of {tiny_model}"):
@@ -347,6 +365,11 @@ def test_multi_task_settings_pass(capsys) -> None:
 
 
 SHIPPED_ENV_CONFIGS = sorted(p.stem for p in (REPO / "configs" / "env").glob("*.yaml"))
+SHIPPED_GROUP_OPTIONS = sorted(
+    f"{group}={path.stem}"
+    for group in ("model", "hardware", "algorithm")
+    for path in (REPO / "configs").glob(f"{group}/*.yaml")
+)
 # what an env config needs besides itself (custom is a template: its header says to give env.id)
 ENV_CONFIG_NEEDS = {"custom": ["env.id=toy/delayed"]}
 
@@ -358,6 +381,14 @@ def test_every_shipped_env_config_passes_its_own_dry_run(name: str, tmp_path: Pa
     captured = capsys.readouterr()
     assert captured.out.startswith("# verlog train --dry-run: nothing was started"), captured.err
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("option", SHIPPED_GROUP_OPTIONS)
+def test_every_shipped_group_option_passes_its_dry_run(option: str, tmp_path: Path, capsys) -> None:
+    """configs/model, hardware and algorithm: each option with the rest of the defaults (a Hugging Face id is not
+    downloaded by a dry run)."""
+    assert main(["--dry-run", option, f"output_dir={tmp_path / 'run'}"]) == 0, capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def documented_train_commands() -> list[list[str]]:
