@@ -78,6 +78,30 @@ def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys) -> None:
     assert err.strip() == "verlog train: interrupted" and "Traceback" not in err
 
 
+def test_dry_run_refuses_exactly_what_the_launch_refuses(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Each of these passed --dry-run and was refused by the launch (or failed after Ray started)."""
+    import verlog.trainer.runner
+
+    started: list = []
+    monkeypatch.setattr(verlog.trainer.runner, "train", started.append)
+    other_run = tmp_path / "other_run"
+    other_run.mkdir()
+    (other_run / "metrics.jsonl").write_text('{"step": 1}\n')
+    out = f"output_dir={tmp_path / 'run'}"
+    cases = {
+        "env.num_workers=0": [out, "env.num_workers=0"],
+        "step limit": [out, "algorithm.estimator=grpo", "rollout.group_size=2"],
+        "another run": [f"output_dir={other_run}", "checkpoint.resume=disable"],
+        "tiny sizes": [out, "model.tiny.hidden_size=40"],
+    }
+    for name, overrides in cases.items():
+        assert main(["--dry-run", *overrides]) == 2, name
+        dry = capsys.readouterr().err
+        assert main(overrides) == 2, name
+        assert capsys.readouterr().err == dry and dry.startswith("verlog train: error: "), name
+    assert not started and not (tmp_path / "run").exists()
+
+
 def test_typed_config_converts_and_names_wrong_types() -> None:
     cfg, problems = typed_config(load_config(["iterations=7", "sampling.top_p=0.5"]))
     assert isinstance(cfg, TrainConfig) and not problems
