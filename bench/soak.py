@@ -17,8 +17,8 @@ seeded rate raises, kills its worker (``os._exit``) or hangs past the pool's ``s
 first worker get faults, so the second worker lives through the whole soak and shows a long-lived worker's memory.
 
 Checked and reported: resident memory (RSS) of the main process and of the workers every ``--report-every``
-iterations and its growth from ``--warmup`` to the end (the main process's RSS rises until the prompt-piece cache of
-verlog/memory.py, an LRU of 4,096 pieces, is full: about 200 iterations here), open file descriptors, child
+iterations and its growth from ``--warmup`` to the end (before that the main process's RSS rises by about 8% while
+the tokenizer's and verlog/memory.py's prompt-piece caches fill, both bounded), open file descriptors, child
 processes left after the pools close, rows lost (a batch with fewer than slots x turns rows, or a slot whose turns
 skip or repeat across iterations), faults injected (each worker appends a line to ``faults.jsonl`` before it
 misbehaves) and recovered (the faulted turn's row carries ``env_error`` and its slot goes on with a fresh episode),
@@ -66,9 +66,9 @@ QUICK = {
     "rounds": 2,
 }
 """``--quick``'s defaults: about a minute; fault rates high enough that every kind happens. Its 30 measured
-iterations fall while the prompt-piece cache still fills (up to about 0.6 MiB per iteration, under 5% of the main
-process's RSS), hence the 10% bound; keeping each iteration's rows and tensors would add about 3.5 MiB per
-iteration (25%)."""
+iterations fall while the prompt caches still fill (the full soak's main process grew 8% in its first 100
+iterations, about 0.3 MiB per iteration), hence the 10% bound; keeping each iteration's rows and tensors would add
+about 3.5 MiB per iteration (25% in 30 iterations)."""
 
 
 # ------------------------------------------------------------------------------------------------- faulty env
@@ -638,7 +638,8 @@ def _pct(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------- isolation cost
 def run_isolation_cost(args: argparse.Namespace) -> dict[str, Any]:
     """Rollout iterations (``slots x turns``, scripted generator) with the pool in-process and with subprocess
-    workers, side by side in interleaved rounds; and each pool's start-up."""
+    workers, side by side in interleaved rounds; and each pool's start-up. Wall time is what an iteration takes on
+    this machine now; CPU time (the main process's plus the workers') does not depend on the other jobs as much."""
     from verlog.rollout.manager import make_env_pool
 
     tokenizer = build_tokenizer()
@@ -653,7 +654,7 @@ def run_isolation_cost(args: argparse.Namespace) -> dict[str, Any]:
     for name in GAMES:
         env_id, kwargs = game_config(name)
         actions = game_actions(env_id, kwargs)
-        modes: dict[str, Any] = {}
+        managers: dict[str, Any] = {}
         startup: dict[str, float] = {}
         for mode, in_process in (("in-process", True), ("workers", False)):
             start = time.perf_counter()
@@ -663,61 +664,88 @@ def run_isolation_cost(args: argparse.Namespace) -> dict[str, Any]:
             )
             manager.start()
             startup[mode] = time.perf_counter() - start
-            modes[mode] = manager
-        times: dict[str, list[float]] = {mode: [] for mode in modes}
-        env_times: dict[str, list[float]] = {mode: [] for mode in modes}
+            managers[mode] = manager
+        rounds: dict[str, list[dict[str, float]]] = {mode: [] for mode in managers}
         try:
-            for manager in modes.values():  # warm-up (prompt caches, first episodes)
+            for manager in managers.values():  # warm-up (prompt caches, first episodes)
                 manager.collect(args.cost_turns)
             for _ in range(args.rounds):
-                for mode, manager in modes.items():
-                    start = time.perf_counter()
-                    manager.collect(args.cost_turns)
-                    times[mode].append(time.perf_counter() - start)
-                    env_times[mode].append(manager.last_timing["timing_s/rollout_env"])
+                for mode, manager in managers.items():
+                    rounds[mode].append(timed_collect(manager, args.cost_turns))
         finally:
-            workers = modes["workers"].pool.num_workers
-            for manager in modes.values():
+            workers = managers["workers"].pool.num_workers
+            for manager in managers.values():
                 manager.pool.close()
-        ratios = [w / p for w, p in zip(times["workers"], times["in-process"])]
+        # wall times: medians; CPU times (counted in 10 ms ticks): means over the rounds
+        summary = {
+            mode: {k: (statistics.fmean if "cpu" in k else statistics.median)([r[k] for r in runs]) for k in runs[0]}
+            for mode, runs in rounds.items()
+        }
+        paired = list(zip(rounds["workers"], rounds["in-process"]))
         result["games"][name] = {
             "env_id": env_id,
             "workers": workers,
-            "iteration_s": {mode: statistics.median(v) for mode, v in times.items()},
-            "iteration_s_rounds": times,
-            "env_step_s": {mode: statistics.median(v) for mode, v in env_times.items()},
-            "extra_s": statistics.median(w - p for w, p in zip(times["workers"], times["in-process"])),
-            "ratio": statistics.median(ratios),
+            "summary": summary,
+            "extra_wall_s": statistics.median(w["wall_s"] - p["wall_s"] for w, p in paired),
+            "extra_cpu_s": summary["workers"]["cpu_s"] - summary["in-process"]["cpu_s"],
             "startup_s": startup,
+            "rounds": rounds,
         }
         g = result["games"][name]
         print(
-            f"  {env_id}: in-process {g['iteration_s']['in-process']:.3f} s, {workers} workers "
-            f"{g['iteration_s']['workers']:.3f} s per iteration (x{g['ratio']:.2f}); start-up "
-            f"{startup['in-process']:.2f} s / {startup['workers']:.2f} s",
+            f"  {env_id}: in-process {summary['in-process']['wall_s']:.3f} s, {workers} workers "
+            f"{summary['workers']['wall_s']:.3f} s per iteration ({g['extra_wall_s']:+.3f} s wall, "
+            f"{g['extra_cpu_s']:+.3f} s CPU); start-up {startup['in-process']:.2f} s / {startup['workers']:.2f} s",
             flush=True,
         )
     result["load_average_after"] = os.getloadavg()[0]
     return result
 
 
+def timed_collect(manager: Any, turns: int) -> dict[str, float]:
+    """One ``collect``: wall seconds, seconds in ``pool.step``, CPU seconds of this process and of the workers."""
+    import psutil
+
+    def cpu(process: psutil.Process) -> float:
+        times = process.cpu_times()
+        return times.user + times.system
+
+    main = psutil.Process()
+    workers = [psutil.Process(pid) for pid in manager.pool.worker_pids() if pid is not None]
+    main_before, workers_before = cpu(main), sum(cpu(w) for w in workers)
+    start = time.perf_counter()
+    manager.collect(turns)
+    wall = time.perf_counter() - start
+    main_s = cpu(main) - main_before
+    workers_s = sum(cpu(w) for w in workers) - workers_before
+    return {
+        "wall_s": wall,
+        "env_step_s": manager.last_timing["timing_s/rollout_env"],
+        "cpu_s": main_s + workers_s,
+        "main_cpu_s": main_s,
+        "workers_cpu_s": workers_s,
+    }
+
+
 def cost_markdown(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [
-        f"Isolation cost: {s['slots']} slots x {s['turns']} turns per iteration, scripted generator, median of "
-        f"{s['rounds']} interleaved rounds; {result['cpus']} CPUs, load average {result['load_average_before']:.1f} "
-        f"before, {result['load_average_after']:.1f} after.",
+        f"Isolation cost: {s['slots']} slots x {s['turns']} turns per iteration, scripted generator, "
+        f"{s['rounds']} interleaved rounds (wall: median, CPU: mean); {result['cpus']} CPUs, load average "
+        f"{result['load_average_before']:.1f} before, {result['load_average_after']:.1f} after.",
         "",
-        "| game | in-process s/iteration | workers s/iteration | workers - in-process | workers / in-process "
-        "| env step s (in-process / workers) | start-up s (in-process / workers) |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "| game | mode | wall s/iteration | in pool.step | CPU s/iteration (main + workers) | start-up s |",
+        "|---|---|---:|---:|---|---:|",
     ]
     for g in result["games"].values():
-        it, env, st = g["iteration_s"], g["env_step_s"], g["startup_s"]
+        for mode, m in g["summary"].items():
+            label = f"{g['workers']} workers" if mode == "workers" else mode
+            lines.append(
+                f"| {g['env_id']} | {label} | {m['wall_s']:.3f} | {m['env_step_s']:.3f} | {m['cpu_s']:.3f} "
+                f"({m['main_cpu_s']:.3f} + {m['workers_cpu_s']:.3f}) | {g['startup_s'][mode]:.2f} |"
+            )
         lines.append(
-            f"| {g['env_id']} | {it['in-process']:.3f} | {it['workers']:.3f} ({g['workers']} workers) | "
-            f"{g['extra_s']:+.3f} | {g['ratio']:.2f}x | {env['in-process']:.3f} / {env['workers']:.3f} | "
-            f"{st['in-process']:.2f} / {st['workers']:.2f} |"
+            f"| | workers - in-process | {g['extra_wall_s']:+.3f} (paired by round) | | {g['extra_cpu_s']:+.3f} | |"
         )
     return "\n".join(lines)
 
@@ -731,7 +759,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="write the figures here (default: <out>/soak.json)")
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument(
-        "--warmup", type=int, default=200, help="memory growth is measured from this iteration (caches filled)"
+        "--warmup", type=int, default=100, help="memory growth is measured from this iteration (caches filled)"
     )
     parser.add_argument("--report-every", type=int, default=100)
     parser.add_argument("--slots", type=int, default=4, help="env slots per game (half of them get faults)")
@@ -746,7 +774,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cost-slots", type=int, default=16)
     parser.add_argument("--cost-turns", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per mode (--isolation-cost)")
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds per mode (--isolation-cost)")
     if parser.parse_known_args(argv)[0].quick:
         parser.set_defaults(**QUICK)
     args = parser.parse_args(argv)
