@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def _rollout_starts(out: Path) -> dict[int, list]:
 def test_kill_torn_checkpoint_resume_and_a_dead_inference_server(tiny_model, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    ray_dir = tmp_path / "ray"
+    ray_dir = Path(tempfile.mkdtemp(prefix="verlog-kill-", dir="/tmp"))  # short: Ray's socket paths hold <= 107 bytes
     assert not _run_processes(ray_dir), "another run's processes are alive: this test cannot tell them apart"
 
     # 1. killed while the checkpoint of iteration 4 is written
