@@ -180,7 +180,9 @@ class EnvConfig:
         task: the task the env configs build ``id`` from (``babyai/${.task}``); null where there is none.
         imports: modules imported before ``id`` is resolved (like ``--import MODULE``).
         kwargs: keyword arguments of the env factory (checked by building the env before launch).
-        in_process: run the envs in the trainer's process (true) or in subprocess workers.
+        in_process: false (the default): step the envs in subprocess workers, where an env that crashes, exits or
+            hangs ends only its episode (the worker is replaced); true: in the trainer's process (pdb, plain
+            tracebacks), where a segfault ends the run and a hung step hangs it.
         num_workers: subprocess workers (null: one per CPU, at most one per slot).
         tasks: multi-task training: task family -> env id, or -> ``{id, kwargs, weight}`` (kwargs over
             ``env.kwargs``); every slot draws the family of each new episode from the curriculum (``curriculum``,
@@ -192,7 +194,7 @@ class EnvConfig:
     task: str | None = None
     imports: list[str] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
-    in_process: bool = True
+    in_process: bool = False
     num_workers: int | None = None
     tasks: dict[str, Any] = field(default_factory=dict)
 

@@ -34,6 +34,7 @@ def _train(out: Path, model: Path, *overrides: str, env: dict | None = None) -> 
         f"output_dir={out}",
         f"model.path={model}",
         "env.id=crashy_env:make",
+        "env.in_process=true",  # crashy_env counts the steps of its process: one process, so one crash, in iteration 2
         "iterations=3",
         "rollout.num_slots=4",
         "rollout.turns_per_slot=4",
