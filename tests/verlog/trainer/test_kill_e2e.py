@@ -126,10 +126,23 @@ def _rollout_starts(out: Path) -> dict[int, list]:
     return {r["step"]: r["start_episodes"] for r in map(json.loads, (out / "rollout.jsonl").read_text().splitlines())}
 
 
-def test_kill_torn_checkpoint_resume_and_a_dead_inference_server(tiny_model, tmp_path):
+@pytest.fixture
+def ray_dir():
+    """A short Ray temp folder (Ray's socket paths hold at most 107 bytes); after the test, every run it started that
+    is still alive (a failed assertion leaves one paused) is killed with its process group."""
+    folder = Path(tempfile.mkdtemp(prefix="verlog-kill-", dir="/tmp"))
+    yield folder
+    for pid in list(LOGS):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    LOGS.clear()
+
+
+def test_kill_torn_checkpoint_resume_and_a_dead_inference_server(tiny_model, tmp_path, ray_dir):
     out = tmp_path / "run"
     out.mkdir()
-    ray_dir = Path(tempfile.mkdtemp(prefix="verlog-kill-", dir="/tmp"))  # short: Ray's socket paths hold <= 107 bytes
     assert not _run_processes(ray_dir), "another run's processes are alive: this test cannot tell them apart"
 
     # 1. killed while the checkpoint of iteration 4 is written
