@@ -78,11 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides.extend(extra)  # `verlog train a=1 --dry-run b=2`: overrides on both sides of an option
     elif extra:
         name = f"verlog {args.command}" if args.command else "verlog"
-        print(
-            f"{name}: error: unrecognized arguments: {' '.join(extra)}; `{name} --help` lists the arguments",
-            file=sys.stderr,
+        parser.exit(
+            2, f"{name}: error: unrecognized arguments: {' '.join(extra)}; `{name} --help` lists the arguments\n"
         )
-        return 2
     if args.command is None:
         parser.print_help()
         return 0

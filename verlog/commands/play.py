@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="keyword argument for envs.make, VALUE read as a Python literal when it is one (repeatable)",
+        help="keyword argument for envs.make, VALUE read as a Python literal or true/false/null when it is one "
+        "(repeatable)",
     )
     parser.add_argument("--show-info", action="store_true", help="print the whole info dict after every step")
     parser.add_argument(
