@@ -239,6 +239,7 @@ def commit_checkpoint(checkpoints: str | Path, step: int) -> Path:
             _move_aside(target, checkpoints.parent)
         os.rename(source, target)
         write_atomically(checkpoints / TRACKER, str(step))
+        shutil.rmtree(incoming_root(checkpoints), ignore_errors=True)  # verl's own tracker file, written there too
     except OSError as exc:
         raise RunFolderError(
             f"checkpoint of iteration {step} could not be made latest ({_os_reason(exc)}); the latest complete "
@@ -270,7 +271,7 @@ def recover_checkpoints(checkpoints: str | Path, critic: bool | None = None) -> 
     latest = latest_step(checkpoints)
     incoming = incoming_root(checkpoints)
     if incoming.is_dir():
-        for folder in sorted(incoming.iterdir()):
+        for folder in sorted(incoming.glob("global_step_*")):  # (verl also leaves its own tracker file there)
             shutil.rmtree(folder, ignore_errors=True)
             then = (
                 f"resuming from the last complete one, global_step_{latest}"

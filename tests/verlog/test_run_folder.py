@@ -113,11 +113,14 @@ def _complete(folder: Path) -> None:
 def test_a_checkpoint_becomes_latest_only_when_complete(tmp_path):
     ckpts = tmp_path / "checkpoints"
     _complete(step_folder(incoming_root(ckpts), 2))
+    (incoming_root(ckpts) / TRACKER).write_text("2")  # verl writes its own tracker where it writes the checkpoint
     commit_checkpoint(ckpts, 2)
     assert latest_step(ckpts) == 2 and (ckpts / "global_step_2" / "data.pt").is_file()
+    assert not incoming_root(ckpts).exists()
     # a torn one (verl wrote the actor, the kill came before the rest): refused, the latest stays
     torn = step_folder(incoming_root(ckpts), 4)
     (torn / "actor").mkdir(parents=True)
+    (incoming_root(ckpts) / TRACKER).write_text("4")
     with pytest.raises(RunFolderError, match=r"not complete \(no data.pt, verlog_rollout.pkl\)"):
         commit_checkpoint(ckpts, 4)
     assert latest_step(ckpts) == 2
