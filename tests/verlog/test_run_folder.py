@@ -175,7 +175,14 @@ def test_verlog_train_into_a_folder_in_use_exits_2_naming_the_holder(tmp_path, d
     out = tmp_path / "run"
     proc = _holder(out)
     try:
-        args = [sys.executable, "-m", "verlog.train", "env=toy_delayed", f"output_dir={out}", f"model.path={tmp_path}/m"]
+        args = [
+            sys.executable,
+            "-m",
+            "verlog.train",
+            "env=toy_delayed",
+            f"output_dir={out}",
+            f"model.path={tmp_path}/m",
+        ]
         result = subprocess.run([*args, *(["--dry-run"] if dry_run else [])], capture_output=True, text=True)
         assert result.returncode == 2, result.stderr[-2000:]
         (line,) = result.stderr.strip().splitlines()

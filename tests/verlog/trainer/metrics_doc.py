@@ -6,7 +6,17 @@ import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
-VERLOG_NAMESPACES = ("env/", "rollout/", "adv/", "progress/", "eval/", "timing_s/rollout_", "curriculum/", "family/", "check/")
+VERLOG_NAMESPACES = (
+    "env/",
+    "rollout/",
+    "adv/",
+    "progress/",
+    "eval/",
+    "timing_s/rollout_",
+    "curriculum/",
+    "family/",
+    "check/",
+)
 """Prefixes of the metrics verlog (not verl) logs: every logged name under them must be documented."""
 
 
