@@ -613,20 +613,7 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def _pct(ci: Interval) -> str:
-    return f"{100 * ci.estimate:.1f}% [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
-
-
-def _pts(ci: Interval) -> str:
-    return f"{100 * ci.estimate:+.1f} points [{100 * ci.low:+.1f}, {100 * ci.high:+.1f}]"
-
-
-def _num(ci: Interval) -> str:
-    return f"{ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}]"
-
-
-def _diff(ci: Interval) -> str:
-    return f"{ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]"
+_pct, _pts, _num, _diff = Interval.percent, Interval.points, Interval.number, Interval.difference
 
 
 def _minutes(seconds: float | None) -> str:

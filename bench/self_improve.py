@@ -131,20 +131,7 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def _pct(ci: Interval) -> str:
-    return f"{100 * ci.estimate:.1f}% [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
-
-
-def _pts(ci: Interval) -> str:
-    return f"{100 * ci.estimate:+.1f} points [{100 * ci.low:+.1f}, {100 * ci.high:+.1f}]"
-
-
-def _num(ci: Interval) -> str:
-    return f"{ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}]"
-
-
-def _diff(ci: Interval) -> str:
-    return f"{ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]"
+_pct, _pts, _num, _diff = Interval.percent, Interval.points, Interval.number, Interval.difference
 
 
 def shown_path(value: str | Path) -> str:

@@ -122,18 +122,8 @@ def evaluate(
     summary = summarize(records, confidence=confidence, n_resamples=n_resamples, seed=bootstrap_seed)
     summary.update(
         {
+            **settings,
             "model": model.describe(),
-            "sampling": {
-                "temperature": sampling.temperature,
-                "top_p": sampling.top_p,
-                "top_k": sampling.top_k,
-                "max_tokens": sampling.max_tokens,
-            },
-            "memory_n": memory.n,
-            "keep_reasoning_turns": memory.keep_reasoning_turns,
-            "answer_format": memory.answer_format,
-            "max_prompt_tokens": max_prompt_tokens,
-            "protocol": protocol.as_dict(),
             "started_at": started.isoformat(timespec="seconds"),
             "wall_time_s": wall,
             "episodes_resumed": len(previous),

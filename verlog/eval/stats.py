@@ -55,6 +55,22 @@ class Interval:
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
+    def percent(self) -> str:
+        """A rate as ``12.5% [8.0, 17.5]``."""
+        return f"{100 * self.estimate:.1f}% [{100 * self.low:.1f}, {100 * self.high:.1f}]"
+
+    def points(self) -> str:
+        """A difference of rates as ``+4.5 points [-2.0, +11.0]``."""
+        return f"{100 * self.estimate:+.1f} points [{100 * self.low:+.1f}, {100 * self.high:+.1f}]"
+
+    def number(self) -> str:
+        """A mean as ``1.407 [1.219, 1.606]``."""
+        return f"{self.estimate:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+    def difference(self) -> str:
+        """A difference of means as ``+1.234 [+0.946, +1.516]``."""
+        return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
 
 def _as_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).reshape(-1)

@@ -244,13 +244,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         width = int(batch.batch["prompts"].shape[1])
         if max(len(p) for p in prompts) > width:  # the bootstrap prompt is longer than any row's room: not checkable
             return float("nan")
-        pad = self.tokenizer.pad_token_id
         k = len(rows)
-        ids = torch.full((k, width), pad, dtype=torch.long)
-        mask = torch.zeros((k, width), dtype=torch.long)
-        for j, p in enumerate(prompts):
-            ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[j, width - len(p) :] = 1
+        ids, mask = _left_padded(prompts, width, self.tokenizer.pad_token_id)
         responses = batch.batch["responses"][rows]
         attention = torch.cat([mask, batch.batch["attention_mask"][rows, width:]], dim=1)
         tensors = {
@@ -277,13 +272,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _prompt_only_rows(self, prompts: list[list[int]], meta_info: dict[str, Any]) -> DataProto:
         """Rows of a prompt and one pad token (attended, outside the response mask): ``values[:, 0]`` is V(prompt)."""
         pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
         k = len(prompts)
-        ids = torch.full((k, width), pad, dtype=torch.long)
-        mask = torch.zeros((k, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
+        ids, mask = _left_padded(prompts, max(len(p) for p in prompts), pad)
         responses = torch.full((k, 1), pad, dtype=torch.long)
         attention = torch.cat([mask, torch.ones((k, 1), dtype=torch.long)], dim=1)
         tensors = {
@@ -475,6 +465,16 @@ class VerlogPPOTrainer(RayPPOTrainer):
         this_rollout = self.async_rollout_manager.rollout_at(step) if rollout else None
         if this_rollout is not None:
             append_jsonl(os.path.join(out, "rollout.jsonl"), [{"step": step, **this_rollout.log}])
+
+
+def _left_padded(prompts: list[list[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in ``[K, width]`` (verl's layout): the ids (``pad`` before each) and the attention mask."""
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
 
 
 def _plain(v: Any) -> Any:
