@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from verlog.errors import VerlogError
+from verlog.errors import RunFault, VerlogError
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
@@ -51,6 +51,11 @@ STEP_LOGS: tuple[tuple[str, str], ...] = (
 
 class RunFolderError(VerlogError):
     """The run folder cannot be used: another live run holds it, or it cannot be written."""
+
+
+class CheckpointWriteError(RunFault):
+    """A checkpoint could not be written or made the latest (a full disk, a folder gone): the previous complete
+    checkpoint stays the latest."""
 
 
 # ------------------------------------------------------------------------------------------------ lock
@@ -76,7 +81,7 @@ class RunLock:
             folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise RunFolderError(f"output_dir={folder} cannot be written ({_os_reason(exc)}): {_WRITABLE_FIX}") from exc
+            raise RunFolderError(_unwritable(folder, exc)) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -166,7 +171,24 @@ def _read_holder(fd: int) -> dict[str, Any] | None:
 _WRITABLE_FIX = "give an output_dir you can write to (check its permissions and free space)"
 
 
-def _os_reason(exc: OSError) -> str:
+def _unwritable(folder: Path, exc: OSError) -> str:
+    return f"output_dir={folder} cannot be written ({describe_os_error(exc)}): {_WRITABLE_FIX}"
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """``exc`` itself or the first ``OSError`` in its cause chain (Ray wraps a worker's error), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``the disk is full``, ``permission denied``, ... or the error's own text."""
     if exc.errno == errno.ENOSPC:
         return "the disk is full"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -192,7 +214,7 @@ def check_writable(folder: str | Path) -> None:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        raise RunFolderError(f"output_dir={folder} cannot be written ({_os_reason(exc)}): {_WRITABLE_FIX}") from exc
+        raise RunFolderError(_unwritable(folder, exc)) from exc
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -241,9 +263,9 @@ def commit_checkpoint(checkpoints: str | Path, step: int) -> Path:
         write_atomically(checkpoints / TRACKER, str(step))
         shutil.rmtree(incoming_root(checkpoints), ignore_errors=True)  # verl's own tracker file, written there too
     except OSError as exc:
-        raise RunFolderError(
-            f"checkpoint of iteration {step} could not be made latest ({_os_reason(exc)}); the latest complete "
-            f"checkpoint is still iteration {latest_step(checkpoints)}: free space and resume (checkpoint.resume=auto)"
+        raise CheckpointWriteError(
+            f"the checkpoint of iteration {step} could not be made the latest ({describe_os_error(exc)}); the latest "
+            f"complete checkpoint is still iteration {latest_step(checkpoints)}: free space (or fix the folder)"
         ) from exc
     return target
 

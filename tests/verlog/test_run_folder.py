@@ -191,3 +191,41 @@ def test_verlog_train_into_a_folder_in_use_exits_2_naming_the_holder(tmp_path, d
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (a disk that fills): needs root and mount, as this project's CI machine has."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_a_full_disk_keeps_the_last_complete_checkpoint(small_disk):
+    from verlog.errors import RunFault
+
+    ckpts = small_disk / "run" / "checkpoints"
+    _complete(step_folder(incoming_root(ckpts), 2))
+    commit_checkpoint(ckpts, 2)
+    _complete(step_folder(incoming_root(ckpts), 4))
+    _fill(small_disk)
+    with pytest.raises(RunFault, match=r"iteration 4 could not be made the latest \(the disk is full\); the latest "):
+        commit_checkpoint(ckpts, 4)
+    assert latest_step(ckpts) == 2 and (ckpts / "global_step_2" / "data.pt").is_file()
+    with pytest.raises(RunFolderError, match=r"cannot be written \(the disk is full\)"):
+        check_writable(small_disk / "run")

@@ -56,11 +56,12 @@ from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.manager import RolloutManager
 from verlog.run_folder import (
     ROLLOUT_STATE_FILE,
-    RunFolderError,
+    CheckpointWriteError,
     append_jsonl,
     commit_checkpoint,
+    describe_os_error,
     incoming_root,
-    latest_step,
+    os_error_in,
     pause_point,
     step_folder,
 )
@@ -337,12 +338,14 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 pickle.dump(self.rollout.state_dict(), f)
                 f.flush()
                 os.fsync(f.fileno())
-        except OSError as exc:
-            shutil.rmtree(incoming, ignore_errors=True)
-            raise RunFolderError(
-                f"writing the checkpoint of iteration {step} failed ({exc.strerror or exc}); the latest complete "
-                f"checkpoint is still iteration {latest_step(checkpoints)}: free space and resume (checkpoint.resume="
-                "auto)"
+        except Exception as exc:
+            shutil.rmtree(incoming, ignore_errors=True)  # the partial checkpoint; the latest complete one is untouched
+            cause = os_error_in(exc)  # verl's workers' errors arrive wrapped by Ray
+            if cause is None:
+                raise
+            raise CheckpointWriteError(
+                f"writing the checkpoint of iteration {step} failed ({describe_os_error(cause)}); the partial "
+                "checkpoint was removed and the latest complete one is untouched: free space (or fix the folder)"
             ) from exc
         pause_point("checkpoint", step, self.settings.output_dir)
         commit_checkpoint(checkpoints, step)
