@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -251,7 +252,11 @@ def play(
             except EOFError:
                 return ""
         print(prompt, end="", file=stdout, flush=True)
-        return stdin.readline()
+        try:
+            fd = stdin.fileno() if stdin is sys.stdin else None
+        except (AttributeError, OSError, ValueError):  # a stand-in without a descriptor (io.UnsupportedOperation)
+            fd = None
+        return stdin.readline() if fd is None else _read_line_interruptibly(fd)
 
     shown = {"instruction": None}
     current: dict[str, Any] = {"obs": None, "info": {}, "finished": 0}
@@ -348,3 +353,23 @@ def play(
                 episode_return = 0.0
     finally:
         pool.close()
+
+
+def _read_line_interruptibly(fd: int) -> str:
+    """One line from a piped standard input, read byte by byte (no buffer that a wait could miss) and waiting in
+    short ``select`` slices: the main thread returns to Python between them, so a Ctrl-C that the OS delivered to
+    another thread still raises KeyboardInterrupt at once instead of when the next line arrives."""
+    import select
+
+    data = bytearray()
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        byte = os.read(fd, 1)
+        if not byte:  # end of input
+            break
+        data += byte
+        if byte == b"\n":
+            break
+    return data.decode("utf-8", errors="replace")
