@@ -43,6 +43,7 @@ RUN_OUTPUTS = (
     "verl_config.yaml",
     "learning_curve.png",
     "view.html",
+    "superseded",  # log records and checkpoints a resume set aside (verlog/run_folder.py)
 )
 """What a training run writes into its output_dir (``--overwrite`` removes these, and only these)."""
 RUN_DATA = RUN_OUTPUTS[:5]
