@@ -12,21 +12,20 @@ runs. A recipe's report writer, so it lives here and not in the library.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from verlog.eval import bootstrap_mean_ci
+from verlog.run_folder import read_jsonl as read_run_log
 
 RUNS = ("uniform", "sec")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The records of a run's JSON-lines log ([] when missing; a torn last line is skipped with a warning)."""
+    return read_run_log(path, warn=lambda line: print(f"[curriculum] {line}", file=sys.stderr))
 
 
 def families_of(records: list[dict[str, Any]]) -> list[str]:

@@ -102,6 +102,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
+                if not line.endswith("\n"):  # the last line, torn by a kill (docs/reliability.md): skipped
+                    print(f"[learning] {path}: line {number} is torn (its writer was killed): skipped", file=sys.stderr)
+                    break
                 raise LearningResultsError(f"{path}:{number}: not JSON ({exc}); was the file cut by a crash?") from exc
             if not isinstance(item, dict):
                 raise LearningResultsError(f"{path}:{number}: expected a JSON object, got {type(item).__name__}")

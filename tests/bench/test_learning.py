@@ -195,13 +195,17 @@ def test_curve_and_smoothing():
     assert smooth([0.0, 1.0, 1.0], [1, 3, 0], window=2) == [0.0, 0.75, 1.0]
 
 
-def test_bad_files_name_the_file(tmp_path):
+def test_bad_files_name_the_file(tmp_path, capsys):
     with pytest.raises(LearningResultsError, match="does not exist"):
         collect(tmp_path / "missing")
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1}\n{"step": 2, "env/ep')
+    path.write_text('{"step": 1}\n{"step": 2, "env/ep\n{"step": 3}\n')
     with pytest.raises(LearningResultsError, match=r"metrics.jsonl:2: not JSON"):
         read_curve(path)
+    # a torn LAST line (a run killed while writing it, docs/reliability.md) is skipped with a warning
+    path.write_text('{"step": 1}\n{"step": 2, "env/ep')
+    assert [r["step"] for r in learning.read_jsonl(path)] == [1]
+    assert "line 2 is torn" in capsys.readouterr().err
 
 
 def test_bench_script_runs(run_dir, tmp_path):
