@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def _processes_using(path: Path) -> list[str]:
 
 def test_a_tiny_sweep_resumes_after_a_kill_without_rerunning_a_finished_trial(tiny_model: Path, tmp_path: Path):
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(_space(tiny_model, tmp_path / "ray"), sort_keys=False))
+    ray_dir = Path(tempfile.mkdtemp(prefix="verlog-sweep-", dir="/tmp"))  # short: Ray's socket paths hold <= 107 bytes
+    space.write_text(yaml.safe_dump(_space(tiny_model, ray_dir), sort_keys=False))
     out = tmp_path / "sweep"
     done = out / "trials" / "000" / "result.json"
     with open(tmp_path / "first.log", "w") as log:
