@@ -69,6 +69,7 @@ class RunLock:
     def __init__(self, folder: str | Path) -> None:
         self.path = Path(folder) / LOCK_FILE
         self._fd: int | None = None
+        self._record: dict[str, Any] = {}  # what acquire wrote into the file
 
     def acquire(self) -> str | None:
         """Take the lock; returns a line to print when it was left by a run that stopped without releasing it.
@@ -87,10 +88,7 @@ class RunLock:
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
-            raise RunFolderError(
-                f"output_dir={folder} is in use by another run ({describe_holder(holder)}): wait for it to end "
-                "or stop it, or train into another output_dir"
-            ) from None
+            raise RunFolderError(in_use(folder, holder)) from None
         previous = _read_holder(fd)
         record = {
             "pid": os.getpid(),
@@ -101,7 +99,7 @@ class RunLock:
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        self._fd = fd
+        self._fd, self._record = fd, record
         if previous and not previous.get("released", True):
             return (
                 f"output_dir={folder}: took over the lock of a run that stopped without releasing it "
@@ -114,9 +112,8 @@ class RunLock:
         if self._fd is None:
             return
         try:
-            holder = _read_holder(self._fd) or {}
             os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, (json.dumps({**holder, "released": True}) + "\n").encode(), 0)
+            os.pwrite(self._fd, (json.dumps({**self._record, "released": True}) + "\n").encode(), 0)
         except OSError:
             pass  # the lock goes with the descriptor anyway
         os.close(self._fd)
@@ -144,6 +141,14 @@ def lock_holder(folder: str | Path) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)
+
+
+def in_use(folder: str | Path, holder: dict[str, Any] | None) -> str:
+    """The one-line refusal of a run into ``folder`` while ``holder`` (a live process) holds its lock."""
+    return (
+        f"output_dir={folder} is in use by another run ({describe_holder(holder)}): wait for it to end or stop it, "
+        "or train into another output_dir"
+    )
 
 
 def describe_holder(holder: dict[str, Any] | None) -> str:

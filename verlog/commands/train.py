@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from verlog.config.compose import load_config, moved_config_note, moved_config_path
     from verlog.config.preflight import check_output_dir, preflight
     from verlog.errors import RunFault, VerlogError
-    from verlog.run_folder import RunFolderError, RunLock, check_writable, describe_holder, lock_holder
+    from verlog.run_folder import RunFolderError, RunLock, check_writable, in_use, lock_holder
 
     imports = list(getattr(args, "imports", []))
     lock = RunLock(".")  # replaced by the run folder's once the config is known; released on every way out
@@ -91,11 +91,8 @@ def run(args: argparse.Namespace) -> int:
         lock = RunLock(cfg.output_dir)
         if getattr(args, "dry_run", False):
             holder = lock_holder(cfg.output_dir)
-            if holder is not None:
-                raise RunFolderError(
-                    f"output_dir={cfg.output_dir} is in use by another run ({describe_holder(holder)}): the launch "
-                    "would stop there; wait for it to end or stop it, or train into another output_dir"
-                )
+            if holder is not None:  # the launch would stop there
+                raise RunFolderError(in_use(cfg.output_dir, holder))
             from verlog.trainer.dry_run import describe_run
 
             shown = [f"--import={m}" for m in imports]  # in the command it prints

@@ -322,8 +322,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         previous checkpoint the latest one."""
         trainer_cfg = self.config.trainer
         checkpoints = str(trainer_cfg.default_local_dir)
-        incoming = incoming_root(checkpoints)
-        shutil.rmtree(incoming, ignore_errors=True)  # what a killed save left (recover_checkpoints says so at start)
+        incoming = incoming_root(checkpoints)  # empty here: recover_checkpoints cleared it at start, commits clear it
         step = int(self.global_steps)
         try:
             with open_dict(trainer_cfg):
