@@ -2,7 +2,9 @@
 
 Layout: N env *slots* live in W worker processes (multiprocessing "spawn" context), several slots per worker, so one
 pipe message carries the steps of all the worker's envs. ``step(actions)`` sends one message to every worker, the
-workers step their envs in parallel, and the pool gathers the replies.
+workers step their envs in parallel, and the pool gathers the replies. ``step_slots({slot: action})`` steps only
+some slots (only their workers get a message; the other slots' envs stay where they are), e.g. one slot group of a
+pipelined rollout while another group generates.
 
 Episodes auto-reset in the worker, gymnasium's SAME_STEP style: when a slot's episode ends, ``step`` returns that
 step's reward and terminated/truncated flags, the *next* episode's first observation, and an info dict that holds
@@ -212,6 +214,7 @@ class EnvPool:
         self._closed = False
         self._needs_reset = True
         self._stale: set[int] = set()  # workers whose envs may be ahead of the parent's records (interrupted call)
+        self._cut: dict[int, StepResult] = {}  # slots not stepped whose episode a worker restart lost (step_slots)
         self.stats = {"worker_restarts": 0, "env_errors": 0}
         """Counters since construction: worker processes replaced, episodes cut by an env fault (an exception, a
         dead or hung worker, or a bad output: an observation that is not text, a non-finite reward); once it
@@ -454,6 +457,7 @@ class EnvPool:
                     self._report_info_warning(i, result[2])
                     results[i] = (result[1], result[2])
         self._needs_reset = False
+        self._cut.clear()
         return [results[i] for i in range(n)]
 
     def step(self, actions: Sequence[str]) -> list[StepResult]:
@@ -463,21 +467,55 @@ class EnvPool:
         worker gives ``truncated=True`` and ``info["env_error"]`` for the affected slot only. Never raises for env
         faults (only :class:`EnvPoolError` when an env cannot even be rebuilt).
         """
-        self._check_open()
-        if self._needs_reset:
-            raise EnvStateError("EnvPool.step() called before reset(); call reset() first")
+        self._check_steppable("step")
         if isinstance(actions, str) or len(actions) != self.num_envs:
             got = "a single string" if isinstance(actions, str) else f"{len(actions)} actions"
             raise ValueError(f"EnvPool.step() needs one action string per env ({self.num_envs}), got {got}")
-        for i, action in enumerate(actions):
-            if not isinstance(action, str):
-                raise TypeError(f"action {i} must be a str (the model's text), got {type(action).__name__}")
-        payloads = {w: [self._step_item(i, actions[i]) for i in worker.slots] for w, worker in enumerate(self._workers)}
+        results = self._step_slots(dict(enumerate(actions)))
+        return [results[i] for i in range(self.num_envs)]
+
+    def step_slots(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
+        """Step only the named slots (``slot -> action text``); returns their results, by slot in ascending order.
+
+        Only the workers that hold those slots get a message; every other slot's env stays where it is. Per slot
+        the same as :meth:`step` (auto-reset, ``final_observation``/``final_info``, faults as ``env_error``). When a
+        worker is replaced while it steps, its slots that were not named are rebuilt by replay; one that cannot be
+        rebuilt (its episode is lost) gets its ``truncated`` result with ``env_error`` at its own next step, which
+        then does not run its action.
+        """
+        self._check_steppable("step_slots")
+        if not isinstance(actions, Mapping):
+            raise TypeError(f"EnvPool.step_slots() takes a mapping slot -> action text, got {type(actions).__name__}")
+        for i in actions:
+            self._check_slot(i)
+        return self._step_slots(actions)
+
+    def _check_steppable(self, call: str) -> None:
+        self._check_open()
+        if self._needs_reset:
+            raise EnvStateError(f"EnvPool.{call}() called before reset(); call reset() first")
+
+    def _step_slots(self, actions: Mapping[int, str]) -> dict[int, StepResult]:
+        """Step the named slots (checked by the caller but for the actions' type); see :meth:`step_slots`."""
+        named = sorted(int(i) for i in actions)
+        for i in named:
+            if not isinstance(actions[i], str):
+                raise TypeError(f"action {i} must be a str (the model's text), got {type(actions[i]).__name__}")
+        payloads: dict[int, list[tuple]] = {}
+        for i in named:
+            if i not in self._cut:  # a slot whose episode a worker restart lost only gets that result now
+                payloads.setdefault(self._slots[i].worker, []).append(self._step_item(i, actions[i]))
         results: dict[int, StepResult] = {}
         with self._undo_on_interrupt():
-            for w, reply in self._exchange(range(self.num_workers), "step", payloads).items():
+            for w, reply in self._exchange(list(payloads), "step", payloads).items():
                 self._finish_step(w, payloads[w], reply, results)
-        return [results[i] for i in range(self.num_envs)]
+        for i in named:
+            if i in self._cut:
+                results[i] = self._cut.pop(i)
+                results[i][4]["final_info"]["raw_action"] = actions[i]
+        for i in [i for i in results if i not in actions]:  # lost by a restart while other slots stepped
+            self._cut[i] = results.pop(i)
+        return {i: results[i] for i in named}
 
     def _finish_step(self, w: int, items: list[tuple], reply: Any, results: dict[int, StepResult]) -> None:
         """Apply worker ``w``'s step reply; on a dead or hung worker, restart it and redo the unaffected slots."""
@@ -602,6 +640,7 @@ class EnvPool:
             raise EnvPoolError(f"restarting the episode of slot {slot} ({self.env_ids[slot]}) failed:\n{result[1]}")
         record.start_next_episode(result[1], result[2])
         self._report_info_warning(slot, result[2])
+        self._cut.pop(slot, None)
         return result[1], result[2]
 
     def episode_seed(self, slot: int) -> int | None:
@@ -748,8 +787,14 @@ class EnvPool:
             slot.actions = []
             slot.last_obs = restored[i][0]
             slot.last_info = {}
+            self._cut.pop(i, None)
         self._needs_reset = False
         return [restored[i][0] for i in slots]
+
+    def worker_of(self, slot: int) -> int:
+        """The worker (``0 .. num_workers - 1``) that holds ``slot``'s env; workers hold contiguous blocks of slots."""
+        self._check_slot(slot)
+        return self._slots[slot].worker
 
     def worker_pids(self) -> list[int | None]:
         """The worker processes' ids (None in in-process mode)."""

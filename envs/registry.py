@@ -36,7 +36,13 @@ which inherit the environment) import them again before building their envs."""
 
 # Modules that register the built-in envs when imported, by the family of their ids. Imported on first use of the
 # registry, so that ``import envs`` stays cheap and a game's dependencies load only when one of its ids is used.
-_BUILTIN_FAMILIES = {"babyai": "envs.babyai", "crafter": "envs.crafter", "babaisai": "envs.babaisai", "toy": "envs.toy"}
+_BUILTIN_FAMILIES = {
+    "babyai": "envs.babyai",
+    "crafter": "envs.crafter",
+    "babaisai": "envs.babaisai",
+    "toy": "envs.toy",
+    "slow": "envs.slow",
+}
 _BUILTIN_MODULES = tuple(_BUILTIN_FAMILIES.values())
 
 

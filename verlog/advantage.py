@@ -15,6 +15,10 @@ with the token discounts ``(token_gamma, token_lam)`` and from one turn to the n
 Positions outside the response mask are skipped: "next token" means the next position inside the mask, as in verl's
 ``compute_gae_advantage_return``. With equal token and step discounts, turns laid end to end give ordinary GAE.
 
+With ``trace_weights`` (``algorithm.turn_trace=vtrace``, asynchronous rollouts) the advantage flowing in from the
+next turn is cut by that turn's ``c = min(1, rho)``: ``A[t, j] = delta + step_gamma * step_lam * c[t+1] * A[t+1, 0]``
+on the last token (:func:`turn_trace_weights`; docs/algorithms.md, "V-trace across turns").
+
 No loop over rows: each turn's advantages are linear in the advantage flowing in from its next turn, so the
 cross-turn part is a linear recurrence along the ``next_row`` links, solved by pointer jumping in
 ``ceil(log2(turns per episode))`` vectorised steps; the rest is TD errors for all rows at once and one discounted
@@ -68,6 +72,7 @@ def dual_discount_gae(
     token_lam: float,
     step_gamma: float,
     step_lam: float,
+    trace_weights: _RowInput | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns of per-turn rows with separate discounts inside and across turns.
 
@@ -85,15 +90,21 @@ def dual_discount_gae(
             ``next_row == -1``.
         token_gamma, token_lam: discount and GAE lambda between tokens of one turn (Verlog: 1.0, 1.0).
         step_gamma, step_lam: discount and GAE lambda between turns (Verlog: 0.99, 0.95).
+        trace_weights: ``[B]`` in [0, 1], V-trace's ``c = min(1, rho)`` of each row's turn
+            (:func:`turn_trace_weights`): the advantage flowing from a turn into the turn before it is multiplied by
+            the later turn's ``c``; a row's own TD errors are never cut. None: all 1 (the full trace; all 1 gives the
+            same advantages bit for bit).
 
     Returns:
         ``(advantages, returns)``, both ``[B, R]`` float32 on ``values``' device: raw advantages (not whitened) and
         ``returns = advantages + values``, both 0 outside ``response_mask``. Rows may come in any order.
 
     Raises:
-        AdvantageInputError: bad shapes, dtypes, masks, discounts or ``next_row`` links (the message names them).
+        AdvantageInputError: bad shapes, dtypes, masks, discounts, ``next_row`` links or trace weights (the message
+            names them).
     """
     rows = _check_gae_inputs(token_rewards, values, response_mask, next_row, next_value, terminated)
+    trace = None if trace_weights is None else _check_trace_weights(trace_weights, values.shape[0], values.device)
     discounts = {"token_gamma": token_gamma, "token_lam": token_lam, "step_gamma": step_gamma, "step_lam": step_lam}
     for name, x in discounts.items():
         if not 0.0 <= float(x) <= 1.0:
@@ -146,8 +157,15 @@ def dual_discount_gae(
     head = deltas @ powers if powers.dim() == 1 else (deltas * powers).sum(1)
     row_coef = step_gl * torch.pow(
         torch.tensor(token_gl, dtype=torch.float64), (rows.lengths - 1).clamp(min=0).double()
-    )
-    incoming = _solve_linked_rows(head.double(), row_coef.to(device), rows.next_row, linked).to(torch.float32)
+    ).to(device)
+    flow = None
+    if trace is not None:  # V-trace: what flows in from the next turn u is cut by c[u] (x 1.0 is exact)
+        flow = torch.where(linked, trace[safe_next], torch.ones_like(trace))
+        row_coef = row_coef * flow
+    incoming = _solve_linked_rows(head.double(), row_coef, rows.next_row, linked)
+    if flow is not None:
+        incoming = incoming * flow
+    incoming = incoming.to(torch.float32)
     deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
 
     # The reverse pass A[j] = delta[j] + f[j] * A[next j], in place.
@@ -175,15 +193,18 @@ def reference_dual_discount_gae(
     tl: float,
     sg: float,
     sl: float,
+    trace_weights: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`dual_discount_gae` written as plain nested loops over turns and tokens, straight from the formulas in
     docs/algorithms.md: the readable specification the fast version is tested against (float64, slow).
 
-    Same arguments (as arrays or nested lists; ``tg, tl, sg, sl``: token gamma and lambda, step gamma and lambda)
-    and the same ``(advantages, returns)``, each ``[B, R]``.
+    Same arguments (as arrays or nested lists; ``tg, tl, sg, sl``: token gamma and lambda, step gamma and lambda;
+    ``trace_weights``: ``[B]`` V-trace's ``c`` per row, None for all 1) and the same ``(advantages, returns)``, each
+    ``[B, R]``.
     """
     rewards, values, mask = (np.asarray(x, dtype=np.float64) for x in (rewards, values, mask))
     batch, width = values.shape
+    c = np.ones(batch) if trace_weights is None else np.asarray(trace_weights, dtype=np.float64)
     adv = np.zeros((batch, width))
     solved: set[int] = set()
 
@@ -196,7 +217,7 @@ def reference_dual_discount_gae(
         nr = int(next_row[t])
         if nr >= 0:
             solve(nr)
-            v_next, a_next = values[nr, tokens(nr)[0]], adv[nr, tokens(nr)[0]]
+            v_next, a_next = values[nr, tokens(nr)[0]], c[nr] * adv[nr, tokens(nr)[0]]
         elif terminated[t]:
             v_next, a_next = 0.0, 0.0
         else:
@@ -395,6 +416,22 @@ def _check_gae_inputs(
     return _Rows(rewards, vals, mask, maskf, contiguous, lengths, first_pos, last_pos, nxt, boot, term)
 
 
+def _check_trace_weights(trace_weights: _RowInput, batch: int, device: torch.device) -> torch.Tensor:
+    """``[B]`` float64 trace weights after checking the shape and that each is a finite number in [0, 1]."""
+    c = _as_row_tensor(trace_weights, "trace_weights", batch, device)
+    if not c.is_floating_point():
+        raise AdvantageInputError(f"trace_weights must be a float tensor (min(1, rho) per row), got {c.dtype}")
+    c = c.double()
+    bad = ~((c >= 0) & (c <= 1))  # NaN fails both
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise AdvantageInputError(
+            f"trace_weights[{row}] = {float(c[row])} is not in [0, 1]: pass min(1, rho) of each row's turn "
+            "(verlog.advantage.turn_trace_weights)"
+        )
+    return c
+
+
 def _check_links(nxt: torch.Tensor, term: torch.Tensor, boot: torch.Tensor, lengths: torch.Tensor) -> None:
     batch = nxt.shape[0]
     bad = (nxt < -1) | (nxt >= batch) | (nxt == torch.arange(batch, device=nxt.device))
@@ -432,6 +469,44 @@ turn gets the turn's first-position advantage ``A[t, 0]`` (``turn``, baseline ``
 BOUNDARIES = ("bootstrap", "cut")
 """``algorithm.boundary``: an episode that goes on past the end of an iteration continues with ``V(s_T)``
 (``bootstrap``) or its return ends there (``cut``: next value 0, as at a terminal state)."""
+TURN_TRACES = ("full", "vtrace")
+"""``algorithm.turn_trace``: the cross-turn trace as it is (``full``), or each turn's part in the advantages of the
+turns before it cut by ``min(1, rho)`` of that turn (``vtrace``, :func:`turn_trace_weights`)."""
+
+
+def turn_trace_weights(
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    known: _RowInput | None = None,
+) -> torch.Tensor:
+    """V-trace's ``c = min(1, rho)`` of each row's turn, one action: ``rho = exp(sum_j (old - rollout)[j])`` over
+    the row's response tokens, the ratio of the policy being trained (``old_log_probs``, verl's recomputed ones) to
+    the one that sampled the turn (``rollout_log_probs``, the inference server's).
+
+    Args:
+        old_log_probs, rollout_log_probs: ``[B, R]`` per-token log-probabilities.
+        response_mask: ``[B, R]`` 1 on response tokens.
+        known: ``[B]`` bool: the row's rollout log-probs are real; a row with False gets ``c = 1`` (a failed
+            generation, a row without log-probs). None: every row with a response is known.
+
+    Returns:
+        ``[B]`` float32 in [0, 1]; 1 for unknown rows and rows without response tokens (NaN log-probs give NaN,
+        which :func:`dual_discount_gae` refuses).
+    """
+    if not (old_log_probs.shape == rollout_log_probs.shape == response_mask.shape) or old_log_probs.dim() != 2:
+        raise AdvantageInputError(
+            "old_log_probs, rollout_log_probs and response_mask must share one [B, R] shape, got "
+            f"{list(old_log_probs.shape)}, {list(rollout_log_probs.shape)}, {list(response_mask.shape)}"
+        )
+    mask, _ = _check_mask(response_mask.to(old_log_probs.device), old_log_probs.shape)
+    diff = old_log_probs.double() - rollout_log_probs.to(old_log_probs.device).double()
+    diff = torch.where(mask, diff, torch.zeros_like(diff))  # padding may hold anything, even -inf
+    c = torch.exp(diff.sum(1).clamp(max=0.0))  # min(1, exp(x)) = exp(min(0, x)), without overflow
+    if known is not None:
+        keep = _as_row_tensor(known, "known", c.shape[0], c.device).bool()
+        c = torch.where(keep, c, torch.ones_like(c))
+    return c.to(torch.float32)
 
 
 def turn_level_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -64,6 +64,9 @@ class Rows:
         next_values: ``[B]`` ``V(s_{t+1})`` of rows whose episode goes on past the batch (0 elsewhere); None: all 0.
         group_id, anchor, trained: ``B`` each, group rollouts only (else None): the row's group (episodes of one
             seed), the observation text it started from (GiGPO's anchor state), whether it is inside the loss.
+        trace_weights: ``[B]`` V-trace's ``c = min(1, rho)`` of each row's turn
+            (:func:`verlog.advantage.turn_trace_weights`), read by ``dual_gae`` with ``algorithm.turn_trace=vtrace``;
+            None: all 1.
     """
 
     token_rewards: torch.Tensor
@@ -77,6 +80,7 @@ class Rows:
     group_id: Sequence[Hashable] | np.ndarray | None = None
     anchor: Sequence[str] | np.ndarray | None = None
     trained: Sequence[bool] | np.ndarray | None = None
+    trace_weights: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.token_rewards.shape[0])
@@ -267,6 +271,8 @@ DUAL_GAE_METRICS = (
     "adv/linked_rows",
     "adv/bootstrap_rows",
     "adv/next_value_mean",
+    "adv/trace_weight_mean",
+    "adv/trace_weight_min",
 )
 GROUP_METRICS = (
     "adv/trained_rows",
@@ -295,7 +301,8 @@ GIGPO_METRICS = (
 )
 def dual_gae(rows: Rows, alg: AlgorithmConfig) -> Estimate:
     """Dual-discount GAE over the rows, linked by (episode id, turn index) in any order (docs/algorithms.md, sections
-    1-3), then turn-level advantages (``advantage_level=turn``) and masked whitening (``whiten_advantages``)."""
+    1-3), then turn-level advantages (``advantage_level=turn``) and masked whitening (``whiten_advantages``). With
+    ``turn_trace=vtrace`` the trace across turns is cut by ``rows.trace_weights`` (all 1 when None)."""
     if rows.values is None:
         raise AdvantageInputError("dual_gae needs the critic's values of the rows")
     ended = np.logical_or(rows.terminated, rows.truncated)
@@ -303,6 +310,9 @@ def dual_gae(rows: Rows, alg: AlgorithmConfig) -> Estimate:
     mask = rows.response_mask
     next_values = rows.next_values if rows.next_values is not None else torch.zeros(len(rows))
     terminated = np.asarray(rows.terminated).astype(bool)
+    trace = None
+    if alg.turn_trace == "vtrace":
+        trace = rows.trace_weights if rows.trace_weights is not None else torch.ones(len(rows))
     raw, returns = dual_discount_gae(
         rows.token_rewards,
         rows.values,
@@ -314,6 +324,7 @@ def dual_gae(rows: Rows, alg: AlgorithmConfig) -> Estimate:
         token_lam=alg.token_lam,
         step_gamma=alg.step_gamma,
         step_lam=alg.step_lam,
+        trace_weights=trace,
     )
     advantages = raw
     if alg.advantage_level == "turn":
@@ -328,7 +339,21 @@ def dual_gae(rows: Rows, alg: AlgorithmConfig) -> Estimate:
         "adv/bootstrap_rows": float(sum(1 for i, r in enumerate(next_row) if r < 0 and not terminated[i])),
         "adv/next_value_mean": float(next_values.float().mean()),
     }
+    if trace is not None:
+        metrics.update(trace_weight_metrics(trace, mask))
     return Estimate(advantages=advantages, returns=returns, metrics=metrics, raw_advantages=raw)
+
+
+def trace_weight_metrics(trace_weights: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+    """``adv/trace_weight_mean`` and ``adv/trace_weight_min``: V-trace's ``c`` (``[B]``) over the rows with response
+    tokens (``response_mask`` ``[B, R]``; all rows when none has any)."""
+    c = trace_weights.detach().float().cpu()
+    rows = response_mask.detach().cpu().bool().any(1)
+    if bool(rows.any()):
+        c = c[rows]
+    if c.numel() == 0:
+        return {}
+    return {"adv/trace_weight_mean": float(c.mean()), "adv/trace_weight_min": float(c.min())}
 
 
 def _as_list(x: Any) -> list[Any]:

@@ -365,3 +365,83 @@ def test_drawn_seeds_predicts_every_episode_seed_of_a_slot() -> None:
         assert len(seeds) > 3
         assert seeds == [7 + slot, *drawn_seeds(7 + slot, len(seeds) - 1).tolist()]
         assert all(0 <= s < DRAWN_SEED_END for s in seeds[1:])
+
+
+@pytest.mark.parametrize("in_process", [True, False], ids=["in_process", "workers"])
+def test_step_slots_steps_only_the_named_slots(in_process: bool) -> None:
+    """Slots 0 and 1 (worker 0 of 2) step alone, across episode ends; slots 2 and 3 stay where a reset left them, and
+    worker 1 gets no message."""
+    ids = ["test/corridor", "test/frozen_lake", "test/corridor", "test/corridor"]
+    layout = {"in_process": True} if in_process else {"num_workers": 2}
+    with (
+        EnvPool(ids, **layout) as pool,
+        EnvPool(ids, in_process=True) as every,
+        EnvPool(ids, in_process=True) as never,
+    ):
+        for p in (pool, every, never):
+            p.reset(seeds=4)
+        sent: list[str] = []
+        if not in_process:
+            other = pool._workers[1]
+            send = other.send
+            other.send = lambda cmd, payload: (sent.append(cmd), send(cmd, payload))[1]
+        ended = 0
+        for step in range(14):
+            actions = _walk(step, 4)
+            got = pool.step_slots({1: actions[1], 0: actions[0]})
+            want = every.step(actions)
+            assert list(got) == [0, 1]
+            for i in (0, 1):
+                assert got[i][0] == want[i][0] and got[i][1:4] == want[i][1:4]
+                assert got[i][4].get("final_info") == want[i][4].get("final_info")
+                ended += got[i][2] or got[i][3]
+        assert ended >= 2  # the stepped slots auto-reset like step's
+        assert sent == []
+        assert pool.step_slots({}) == {}
+        last = _walk(99, 4)
+        got, want = pool.step(last), never.step(last)  # slots 2 and 3: their first step since the reset
+        assert _texts(got[2:]) == _texts(want[2:]) and [r[1:4] for r in got[2:]] == [r[1:4] for r in want[2:]]
+        assert sent == ([] if in_process else ["step"])  # (the hook sees worker 1's messages)
+        with pytest.raises(IndexError, match="slot 4 is out of range"):
+            pool.step_slots({4: "left"})
+        with pytest.raises(TypeError, match="action 0 must be a str"):
+            pool.step_slots({0: 1})
+
+
+def test_step_slots_recovers_a_crashed_worker_and_replays_its_other_slots() -> None:
+    """Slot 0's env kills its worker (slots 0 and 1) while slot 0 steps alone: slot 0's episode ends with env_error,
+    slot 1 (not stepped) is rebuilt by replay and goes on unchanged, slots 2 and 3 are untouched."""
+    with (
+        EnvPool("test/faulty", num_envs=4, num_workers=2, step_timeout=5.0) as pool,
+        EnvPool("test/corridor", num_envs=4, in_process=True) as ref,
+    ):
+        pool.reset(seeds=21)
+        ref.reset(seeds=21)
+        for step in range(2):
+            assert _texts(pool.step(_walk(step, 4))) == _texts(ref.step(_walk(step, 4)))
+        before = pool.worker_pids()
+        got = pool.step_slots({0: "exit"})
+        _, reward, terminated, truncated, info = got[0]
+        assert (reward, terminated, truncated) == (0.0, False, True) and "died (exit code 3)" in info["env_error"]
+        assert info["final_info"]["raw_action"] == "exit" and info["episode_step"] == 0
+        after = pool.worker_pids()
+        assert after[0] != before[0] and after[1] == before[1] and pool.stats["worker_restarts"] == 1
+        actions = _walk(5, 4)
+        got, want = pool.step(actions), ref.step(["left", *actions[1:]])
+        assert _texts(got[1:]) == _texts(want[1:]) and all("env_error" not in r[4] for r in got)
+
+
+def test_step_slots_reports_a_lost_unstepped_slot_at_its_next_step() -> None:
+    """A worker restart that cannot replay a slot that was not stepped ends that slot's episode at its own next
+    step (truncated, env_error), which does not run the action; the other slots go on."""
+    with EnvPool(["test/faulty", "test/unseeded", "test/corridor"], num_workers=1, step_timeout=5.0) as pool:
+        pool.reset(seeds=3)
+        pool.step(["right", "right", "right"])
+        got = pool.step_slots({0: "exit", 2: "left"})
+        assert "env_error" in got[0][4] and "env_error" not in got[2][4]
+        got = pool.step_slots({1: "right", 2: "left"})
+        _, _, terminated, truncated, info = got[1]
+        assert truncated and not terminated and "not deterministic" in info["env_error"]
+        assert info["final_info"]["raw_action"] == "right" and info["episode_step"] == 0
+        assert "env_error" not in got[2][4]
+        assert "env_error" not in pool.step_slots({1: "right"})[1][4]  # its new episode plays on

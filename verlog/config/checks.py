@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from verlog.config import schema
 from verlog.config.compose import MOVED_KEYS
 from verlog.config.problems import Problem
-from verlog.config.schema import LOGGERS, RESUME_MODES, TrainConfig
+from verlog.config.schema import ASYNC_MODES, LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_MODES, TrainConfig
 from verlog.errors import VerlogError
 
 
@@ -107,6 +107,8 @@ def _fill(node: DictConfig, data: Any, prefix: str, problems: list[Problem], typ
         if isinstance(value, dict) and isinstance(child, DictConfig) and _is_section(child):
             _fill(child, value, name + ".", problems, types)
             continue
+        if value is False and name in OFF_CHOICES:  # YAML 1.1: an unquoted off (or no, false) reads as False
+            value = "off"
         try:
             node[key] = value
         except Exception as exc:  # omegaconf's ValidationError and friends: the value does not fit the type
@@ -150,6 +152,8 @@ def _rules() -> list[Rule]:
         ("rollout.max_response_tokens", at_least_1, "the longest answer in tokens"),
         ("rollout.generation_retries", at_least_0, "retries of a failed generation"),
         ("rollout.group_size", at_least_1, "slots per group"),
+        ("rollout.pipeline_groups", ("an integer >= 2", lambda v: v >= 2), "slot groups of async_mode=pipeline"),
+        ("rollout.max_lag", at_least_1, "policy versions a row of async_mode=in_flight may lag"),
         ("memory.n", at_least_0, "past turns in the prompt"),
         ("memory.keep_reasoning_turns", at_least_0, "past turns shown with their reasoning"),
         ("sampling.temperature", non_negative, "0 is greedy"),
@@ -174,6 +178,7 @@ def _rules() -> list[Rule]:
         ("algorithm.warmup_rollout_multiplier", at_least_1, "1 = no warm-up rollout"),
         ("algorithm.warmup_critic_updates", at_least_0, "critic updates on the warm-up rollout"),
         ("algorithm.first_position_weight", non_negative, "weight of V(s_t) in the critic loss"),
+        ("algorithm.rollout_is_threshold", ("> 1", lambda v: v > 1), "upper clip of the importance weights"),
         ("hardware.n_gpus_per_node", at_least_1, "training ranks per node; CPU ranks with hardware.cpu"),
         ("hardware.nnodes", at_least_1, "nodes"),
         ("hardware.micro_batch_size_per_gpu", at_least_1, "rows per forward pass and rank"),
@@ -204,7 +209,7 @@ def _choice(key: str, value: str, options: Iterable[str], meaning: str = "") -> 
 def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
     from envs.actions import PARSE_MODES
-    from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES
+    from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES, TURN_TRACES
     from verlog.estimators import choices_meaning, estimator_names
     from verlog.group_advantage import GROUP_NORMS
     from verlog.memory import ANSWER_FORMATS
@@ -222,6 +227,9 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
         _choice("algorithm.group_norm", cfg.algorithm.group_norm, GROUP_NORMS),
         _choice("algorithm.advantage_level", cfg.algorithm.advantage_level, ADVANTAGE_LEVELS),
         _choice("algorithm.boundary", cfg.algorithm.boundary, BOUNDARIES, "bootstrap: V(s_T), verlog's"),
+        _choice("rollout.async_mode", cfg.rollout.async_mode, ASYNC_MODES, "off: lockstep"),
+        _choice("algorithm.rollout_is", cfg.algorithm.rollout_is, ROLLOUT_IS_MODES, "verl's importance weights"),
+        _choice("algorithm.turn_trace", cfg.algorithm.turn_trace, TURN_TRACES, "vtrace: cut by min(1, rho)"),
     ]
     mode = cfg.env.kwargs.get("parse_mode")
     if mode is not None:
@@ -312,6 +320,106 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     return problems
 
 
+# ------------------------------------------------------------------------------------------------ async rollouts
+VERL_SLEEP_KEYS = {
+    "actor_rollout_ref.rollout.enable_sleep_mode": "sleep mode",
+    "actor_rollout_ref.rollout.free_cache_engine": "cache freeing",
+}
+"""``verl:`` keys that let the hybrid engine free the inference server's weights between rollouts -> their name."""
+VERL_CORRECTION = "algorithm.rollout_correction"
+"""verl's rollout-correction section (under ``verl:``): verlog fills it from ``algorithm.rollout_is``."""
+
+
+def verl_setting(cfg: TrainConfig, key: str) -> Any:
+    """The value ``verl:`` sets for verl's dotted ``key`` (nested sections or dotted names alike), or None."""
+
+    def flat(node: Any, prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in dict(node).items():
+            name = f"{prefix}{k}"
+            out.update(flat(v, name + ".") if isinstance(v, dict) else {name: v})
+        return out
+
+    return flat(cfg.verl or {}, "").get(key)
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() == "true"
+
+
+def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
+    """What the asynchronous rollouts (``rollout.async_mode``) cannot honour, and the off-policy settings that need
+    them (docs/configuration.md): each a :class:`Problem` naming the fix. Runs on choices that passed
+    :func:`check_values`."""
+    bad = set(skip) | {p.key for p in check_values(cfg)}
+    ro, alg = cfg.rollout, cfg.algorithm
+    mode = ro.async_mode
+    problems = []
+    rs = verl_setting(cfg, f"{VERL_CORRECTION}.rollout_rs")
+    if rs not in (None, "", "null", "None", False):
+        problems.append(
+            Problem(
+                f"verl.{VERL_CORRECTION}.rollout_rs",
+                f"{rs!r}: verl's rejection sampling edits the response mask and can strand a row's reward token "
+                f"outside it: drop verl.{VERL_CORRECTION}.rollout_rs (verlog corrects with algorithm.rollout_is)",
+            )
+        )
+    if "rollout.async_mode" in bad or mode == "off":
+        if mode == "off" and alg.turn_trace == "vtrace" and "algorithm.turn_trace" not in bad:
+            problems.append(
+                Problem(
+                    "algorithm.turn_trace",
+                    "vtrace cuts the trace at turns sampled by an older policy, but with rollout.async_mode=off every "
+                    "turn is sampled by the policy being trained (nothing is off-policy): set algorithm.turn_trace="
+                    "full, or an async mode (rollout.async_mode=pipeline|one_step_off|in_flight)",
+                )
+            )
+        return problems
+    if mode == "pipeline" and not {"rollout.pipeline_groups", "rollout.num_slots"} & bad:
+        if ro.pipeline_groups > ro.num_slots:
+            problems.append(
+                Problem(
+                    "rollout.pipeline_groups",
+                    f"{ro.pipeline_groups} slot groups for {ro.num_slots} slots (rollout.num_slots): a group needs a "
+                    f"slot; set rollout.pipeline_groups={max(2, min(ro.pipeline_groups, ro.num_slots))} or raise "
+                    "rollout.num_slots",
+                )
+            )
+    if "algorithm.estimator" not in bad:
+        from verlog.estimators import REGISTRY, Grouping
+
+        if REGISTRY[alg.estimator].grouping is Grouping.GROUPS:
+            slots = " or ".join(n for n, e in REGISTRY.items() if e.grouping is Grouping.SLOTS)
+            problems.append(
+                Problem(
+                    "rollout.async_mode",
+                    f"{mode} runs on persistent slots, but algorithm.estimator={alg.estimator} needs group rollouts "
+                    f"(whole episodes of a group in each iteration): set rollout.async_mode=off, or "
+                    f"algorithm.estimator={slots}",
+                )
+            )
+    for key, what in VERL_SLEEP_KEYS.items():
+        if _is_true(verl_setting(cfg, key)):
+            problems.append(
+                Problem(
+                    f"verl.{key}",
+                    f"verl's {what} frees the inference server's weights outside verl's own generation step, and "
+                    f"with rollout.async_mode={mode} the background rollout is using them then: set "
+                    f"verl.{key}=false, or rollout.async_mode=off",
+                )
+            )
+    if _is_true(verl_setting(cfg, f"{VERL_CORRECTION}.bypass_mode")):
+        problems.append(
+            Problem(
+                f"verl.{VERL_CORRECTION}.bypass_mode",
+                f"with rollout.async_mode={mode} verlog corrects stale rows in verl's decoupled mode (old log-probs "
+                f"recomputed; algorithm.rollout_is, algorithm.turn_trace): drop verl.{VERL_CORRECTION}.bypass_mode "
+                "or set it to false",
+            )
+        )
+    return problems
+
+
 def as_dictconfig(cfg: TrainConfig) -> DictConfig:
     """``cfg`` as a typed DictConfig (for the code that reads the config with OmegaConf: evaluation, tapes)."""
     return OmegaConf.structured(cfg)
@@ -322,6 +430,7 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     have a problem)."""
     problems = check_values(cfg, skip=skip)
     problems += check_sizes(cfg, skip=skip)
+    problems += check_async(cfg, skip=skip)
     if not any(key.startswith("tapes") for key in [*skip, *(p.key for p in problems)]):
         problems += check_tapes(cfg)
     problems += check_curriculum(cfg)

@@ -22,8 +22,11 @@ from verlog.sampling import SamplingConfig
 from verlog.tapes import TapesConfig
 
 __all__ = [
+    "ASYNC_MODES",
     "LOGGERS",
+    "OFF_CHOICES",
     "RESUME_MODES",
+    "ROLLOUT_IS_MODES",
     "AlgorithmConfig",
     "CheckpointConfig",
     "CurriculumConfig",
@@ -56,6 +59,13 @@ LOGGERS: tuple[str, ...] = (
 
 RESUME_MODES: tuple[str, ...] = ("auto", "disable")
 """``checkpoint.resume`` besides a path to ``.../checkpoints/global_step_K``."""
+ASYNC_MODES: tuple[str, ...] = ("off", "pipeline", "one_step_off", "in_flight")
+"""``rollout.async_mode`` (:class:`RolloutConfig`)."""
+ROLLOUT_IS_MODES: tuple[str, ...] = ("token", "sequence", "off")
+"""``algorithm.rollout_is`` (:class:`AlgorithmConfig`): verl's rollout-correction levels, or none."""
+OFF_CHOICES: tuple[str, ...] = ("rollout.async_mode", "algorithm.rollout_is")
+"""The string settings with an ``off`` choice: YAML 1.1 reads an unquoted ``off`` as False, which
+:func:`verlog.config.checks.typed_config` turns back into ``"off"``."""
 
 
 @dataclass
@@ -70,6 +80,14 @@ class RolloutConfig:
         max_response_tokens: longest model answer in tokens.
         generation_retries: retries of a failed generation before the turn becomes an empty (invalid) answer.
         group_size: slots per group for the group estimators (grpo, gigpo); 1 with dual_gae.
+        async_mode: how rollout overlaps with the rest (docs/async.md; ``async`` itself is a Python keyword):
+            ``off`` (lockstep: every env of a turn, then generation, then training), ``pipeline`` (slot groups: one
+            group's env steps run while another group generates; zero staleness), ``one_step_off`` (iteration k+1's
+            rollout runs while iteration k trains; one policy version stale), ``in_flight`` (generation never stops
+            for training; new weights reach the inference server between tokens; stale by at most ``max_lag``).
+        pipeline_groups: slot groups of ``pipeline`` (>= 2, at most ``num_slots``).
+        max_lag: ``in_flight``: rows whose oldest token is more than this many policy versions behind the policy
+            being trained are left out of the loss (counted in ``async/rows_over_lag``).
     """
 
     num_slots: int = 4
@@ -78,6 +96,9 @@ class RolloutConfig:
     max_response_tokens: int = 512
     generation_retries: int = 1
     group_size: int = 1
+    async_mode: str = "off"
+    pipeline_groups: int = 2
+    max_lag: int = 2
 
 
 @dataclass
@@ -141,6 +162,13 @@ class AlgorithmConfig:
         warmup_rollout_multiplier: > 1: one larger first rollout (this many times turns_per_slot) for the critic.
         warmup_critic_updates: critic updates on that rollout.
         first_position_weight: weight of V(s_t) (each row's first response position) in the critic loss.
+        rollout_is: off-policy correction of asynchronous rollouts (``rollout.async_mode`` other than ``off``)
+            through verl's rollout correction in decoupled mode: ``token`` (per-token truncated importance weights
+            pi_old / pi_rollout), ``sequence`` (one weight per row), or ``off``. Lockstep rollouts use none.
+        rollout_is_threshold: upper clip of those importance weights (> 1).
+        turn_trace: ``full`` (the cross-turn GAE trace as it is) or ``vtrace`` (each turn's contribution to the
+            trace of earlier turns cut by ``min(1, rho)``, rho the turn's importance ratio pi_old / pi_rollout;
+            V-trace style; with rho = 1 the advantages are ``full``'s, bit for bit).
     """
 
     estimator: str = "dual_gae"
@@ -168,6 +196,9 @@ class AlgorithmConfig:
     warmup_rollout_multiplier: int = 1
     warmup_critic_updates: int = 0
     first_position_weight: float = 3.0
+    rollout_is: str = "token"
+    rollout_is_threshold: float = 2.0
+    turn_trace: str = "full"
 
 
 @dataclass

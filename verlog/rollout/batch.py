@@ -51,6 +51,8 @@ class TurnRow:
         idle: a placeholder row of a slot whose episode already ended in this iteration (group rollouts): no model
             call, no env step, a one-token prompt and response outside the loss; left out of the rollout metrics.
         task: the episode's task family in multi-task training (``env.tasks``), else "".
+        policy_versions: the policy versions that wrote the response, ``(version, tokens)`` segments in order
+            (:attr:`verlog.rollout.generator.Generation.versions`), or None when unknown.
     """
 
     slot: int
@@ -80,6 +82,12 @@ class TurnRow:
     trained: bool = True
     idle: bool = False
     task: str = ""
+    policy_versions: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest policy version among the response's tokens (None when unknown)."""
+        return min(v for v, _ in self.policy_versions) if self.policy_versions else None
 
     @property
     def prompt_size(self) -> PromptRecord:

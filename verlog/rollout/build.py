@@ -38,6 +38,7 @@ def build_rollout(
     run_id: str = "",
     generation_retries: int = 0,
     group_size: int | None = None,
+    pipeline_groups: int | None = None,
 ) -> RolloutManager:
     """The rollout of a training run.
 
@@ -47,6 +48,8 @@ def build_rollout(
             empty or None for one task.
         frames: keep observation images for the tapes (turns the family's image switch on).
         group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
+        pipeline_groups: slot groups of the ``pipeline`` rollout (``rollout.pipeline_groups`` when
+            ``rollout.async_mode=pipeline``), else None (lockstep).
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
     pool_env_id, pool_kwargs, task_curriculum = _pool_env(env_id, env_kwargs, tasks, curriculum, frames, seed)
@@ -59,19 +62,24 @@ def build_rollout(
         seed=seed,
         keep_images=frames,
     )
-    return RolloutManager(
-        pool,
-        tokenizer,
-        generator,
-        sampling,
-        max_prompt_tokens=max_prompt_tokens,
-        memory_factory=lambda: SlidingMemory.from_config(memory),
-        seed=seed,
-        run_id=run_id,
-        generation_retries=generation_retries,
-        group_size=group_size,
-        curriculum=task_curriculum,
-    )
+    try:
+        return RolloutManager(
+            pool,
+            tokenizer,
+            generator,
+            sampling,
+            max_prompt_tokens=max_prompt_tokens,
+            memory_factory=lambda: SlidingMemory.from_config(memory),
+            seed=seed,
+            run_id=run_id,
+            generation_retries=generation_retries,
+            group_size=group_size,
+            curriculum=task_curriculum,
+            pipeline_groups=pipeline_groups,
+        )
+    except BaseException:  # settings the manager refuses: stop the pool's workers before the error goes up
+        pool.close()
+        raise
 
 
 def _pool_env(

@@ -43,10 +43,15 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Generation:
-    """The tokens a model wrote and their log-probabilities under the sampling policy (None when unknown)."""
+    """The tokens a model wrote and their log-probabilities under the sampling policy (None when unknown).
+
+    ``versions``: the policy versions that wrote the tokens, as ``(version, number of tokens)`` segments in order
+    (verl's server tags every output with the weights' ``global_steps``; a generation interrupted by an in-flight
+    weight update has two or more segments); None when the generator does not know."""
 
     token_ids: list[int]
     log_probs: list[float] | None = None
+    versions: tuple[tuple[int, int], ...] | None = None
 
 
 GenerationResult = Generation | BaseException
@@ -71,12 +76,26 @@ def run_coroutine(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+ABORTED = frozenset({"aborted", "abort"})
+"""``stop_reason`` of a verl server output cut by ``abort_all_requests`` (an in-flight weight update)."""
+
+MAX_RESUMES = 64
+"""Resumptions of one request after aborts before it counts as failed (one per weight update it spans)."""
+
+
 class VerlServerGenerator:
     """Generation through verl's vLLM async server: ``llm_client.generate(request_id, prompt_ids, sampling_params)``.
 
+    A request that the server aborts part-way (``rollout.async_mode=in_flight``: verl's ``abort_all_requests``
+    before a weight update) is resubmitted as prompt + the tokens written so far, with the remaining token budget,
+    until it ends (the partial-rollout resume of verl's ``FullyAsyncLLMServerClient``, done here so that each
+    segment keeps the policy version that wrote it: :attr:`Generation.versions`). The resubmitted prefix is
+    prefilled again under the new weights: the abort cleared the prefix cache, so no KV computed by the old weights
+    is reused.
+
     Args:
         llm_client: verl's ``LLMServerClient`` (the trainer's ``llm_server_manager.get_client()``).
-        timeout: seconds one request may take before it counts as failed.
+        timeout: seconds one request (all its segments) may take before it counts as failed.
     """
 
     def __init__(self, llm_client: Any, timeout: float | None = 600.0) -> None:
@@ -99,18 +118,43 @@ class VerlServerGenerator:
         return results
 
     async def _one(self, request: GenerationRequest, sampling: SamplingConfig) -> Generation:
-        params = {
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
-            "repetition_penalty": 1.0,
-            "logprobs": True,
-            "max_tokens": sampling.max_tokens,
-        }
-        call = self.llm_client.generate(request.request_id, prompt_ids=list(request.prompt_ids), sampling_params=params)
-        output = await asyncio.wait_for(call, self.timeout) if self.timeout else await call
-        log_probs = list(output.log_probs) if output.log_probs is not None else None
-        return Generation(token_ids=list(output.token_ids), log_probs=log_probs)
+        call = self._segments(request, sampling)
+        return await asyncio.wait_for(call, self.timeout) if self.timeout else await call
+
+    async def _segments(self, request: GenerationRequest, sampling: SamplingConfig) -> Generation:
+        tokens: list[int] = []
+        log_probs: list[float] | None = []
+        versions: list[tuple[int, int]] = []
+        for _ in range(MAX_RESUMES + 1):
+            params = {
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "top_k": sampling.top_k,
+                "repetition_penalty": 1.0,
+                "logprobs": True,
+                "max_tokens": sampling.max_tokens - len(tokens),
+            }
+            output = await self.llm_client.generate(
+                request.request_id, prompt_ids=[*request.prompt_ids, *tokens], sampling_params=params
+            )
+            new = list(output.token_ids)
+            tokens += new
+            if output.log_probs is None or log_probs is None:
+                log_probs = None
+            else:
+                log_probs += list(output.log_probs)
+            version = (getattr(output, "extra_fields", None) or {}).get("global_steps")
+            if new and version is not None:
+                if versions and versions[-1][0] == int(version):
+                    versions[-1] = (int(version), versions[-1][1] + len(new))
+                else:
+                    versions.append((int(version), len(new)))
+            if getattr(output, "stop_reason", None) not in ABORTED or len(tokens) >= sampling.max_tokens:
+                break
+        else:
+            raise RuntimeError(f"the request was aborted {MAX_RESUMES + 1} times in a row")
+        known = sum(n for _, n in versions) == len(tokens) and bool(tokens)
+        return Generation(token_ids=tokens, log_probs=log_probs, versions=tuple(versions) if known else None)
 
 
 SERVER_GONE = frozenset({"ActorDiedError", "RayActorError", "ActorUnavailableError", "EngineDeadError"})

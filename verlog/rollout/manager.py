@@ -12,6 +12,18 @@ slot's turn is recorded with a bare end-of-turn response (an invalid action: the
 row counts in ``rollout/generation_failures``); an env that crashes ends its episode as truncated (the env pool
 restarts it) and the row carries ``env_error``.
 
+Pipeline (``pipeline_groups=G >= 2``, ``rollout.async_mode=pipeline``): the slots form ``G`` groups (contiguous
+blocks; in a subprocess pool, a share of every worker's slots each: :func:`pipeline_slot_groups`), and while one
+group generates,
+the env half of the group before it (its env step, then its next prompts) runs in one background thread:
+``gen(g0, t) | env(g0, t) ∥ gen(g1, t) | env(g1, t) ∥ gen(g0, t + 1) ...``. Only that thread uses the pool during a
+collect; the rows, episodes and checkpoints are the lockstep ones (the same policy answers every turn
+from the same prompt: zero staleness), only the generation batches are smaller; multi-task draws follow the groups'
+order, which is the slots' order with contiguous groups (in a subprocess pool the tasks drawn are then the lockstep
+ones in another order). ``last_timing`` then adds
+``timing_s/rollout_overlap``: the seconds the env thread worked (env steps and the next prompts) while the main
+thread generated; ``timing_s/rollout_env`` stays the seconds of the env steps alone, as in lockstep.
+
 Envs: an ``envs.pool.EnvPool`` (batched ``reset``/``step`` with auto-reset and ``final_observation``/``final_info``,
 ``instruction(slot)``, ``slot_states()``/``restore_slots()``), in-process or with subprocess workers.
 
@@ -26,7 +38,11 @@ limit lies beyond ``turns_per_slot``, so with the envs' time limits that never h
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
 from typing import Any
 
 from envs.multitask import TASK_OPTION
@@ -34,9 +50,9 @@ from envs.registry import resolve_env_factory
 from verlog.curriculum import TaskCurriculum
 from verlog.errors import VerlogError
 from verlog.memory import SlidingMemory
-from verlog.rollout.batch import TurnBatch, TurnRow
+from verlog.rollout.batch import EpisodeStats, TurnBatch, TurnRow
 from verlog.rollout.generator import Generator
-from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, SlotEpisode, Stepped
+from verlog.rollout.stepper import Answer, EpisodeStepper, GeneratorPolicy, PolicyInput, SlotEpisode, Stepped
 from verlog.sampling import SamplingConfig
 
 STATE_FORMAT = "verlog.rollout/1"
@@ -63,6 +79,55 @@ def group_seed(first_seed: int, iteration: int) -> int:
     if iteration == 0:
         return int(first_seed)
     return int(np.random.default_rng(int(first_seed)).integers(0, GROUP_SEED_END, size=iteration)[-1])
+
+
+def pipeline_slot_groups(num_slots: int, groups: int, slot_workers: Sequence[int] | None = None) -> list[list[int]]:
+    """The slot groups of a pipelined rollout, as even as possible: ``groups`` contiguous blocks of slots; with
+    ``slot_workers`` (each slot's worker in a subprocess pool), every worker's slots are cut into ``groups`` blocks and
+    group ``g`` takes block ``g`` of every worker. A worker steps its slots one after the other, so a group that held
+    whole workers would keep the other workers idle while it steps; spread over all workers, one group's env half
+    takes about ``1 / groups`` of a lockstep turn's env time, which is what the other group's generation can hide."""
+    if not 1 <= groups <= num_slots:
+        raise ValueError(f"pipeline groups must be between 1 and the {num_slots} env slots, got {groups}")
+    if slot_workers is None:
+        return [list(range(g * num_slots // groups, (g + 1) * num_slots // groups)) for g in range(groups)]
+    # each slot's place in its worker's block (0 .. 1), then the worker: cut into even contiguous chunks, every group
+    # gets about the same share of every worker
+    blocks: dict[int, list[int]] = {}
+    for s in range(num_slots):
+        blocks.setdefault(int(slot_workers[s]), []).append(s)
+    order = sorted(
+        range(num_slots),
+        key=lambda s: (blocks[slot_workers[s]].index(s) / len(blocks[slot_workers[s]]), slot_workers[s]),
+    )
+    return [sorted(order[g * num_slots // groups : (g + 1) * num_slots // groups]) for g in range(groups)]
+
+
+def overlap_seconds(first: Sequence[tuple[float, float]], second: Sequence[tuple[float, float]]) -> float:
+    """Total time two sets of ``(start, end)`` spans overlap; the spans within each set do not overlap each other."""
+    a, b = sorted(first), sorted(second)
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@dataclass
+class _GroupTurn:
+    """One slot group's env half of turn ``turn`` (run in the env thread): its turns, and either the group's next
+    inputs or, after the batch's last turn, the bootstrap prompts of its slots whose episode goes on (none of the
+    first then)."""
+
+    turn: int
+    turns: list[Stepped]
+    next_inputs: list[PolicyInput] = field(default_factory=list)
+    bootstrap: dict[int, list[int]] = field(default_factory=dict)
+    span: tuple[float, float] = (0.0, 0.0)
 
 
 def make_env_pool(
@@ -111,6 +176,9 @@ class RolloutManager:
         curriculum: multi-task training (the pool's envs are ``envs.multitask.MultiTaskEnv``): draws the task family
             of every new episode (a group's, in group rollouts) one episode ahead, through the pool's
             ``set_next_options``; its state goes into :meth:`state_dict`. None: one task.
+        pipeline_groups: None or 1: lockstep turns; ``G >= 2``: the pipeline (see the module docstring), ``G`` slot
+            groups (:attr:`slot_groups`), at most ``num_slots``; not with ``group_size`` (group rollouts run in
+            lockstep). :meth:`close` stops its env thread.
     """
 
     def __init__(
@@ -127,6 +195,7 @@ class RolloutManager:
         generation_retries: int = 1,
         group_size: int | None = None,
         curriculum: TaskCurriculum | None = None,
+        pipeline_groups: int | None = None,
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
@@ -146,6 +215,26 @@ class RolloutManager:
                 f"group_size must be >= 1 and divide the {self.num_slots} env slots, got {group_size}"
             )
         self.group_size = group_size
+        if pipeline_groups is not None and not 1 <= pipeline_groups <= self.num_slots:
+            raise ValueError(
+                f"pipeline_groups must be between 1 and the {self.num_slots} env slots (rollout.num_slots), got "
+                f"{pipeline_groups}"
+            )
+        if pipeline_groups is not None and pipeline_groups >= 2 and group_size is not None:
+            raise GroupRolloutError(
+                f"group rollouts (group_size={group_size}, the estimators grpo and gigpo) play whole episodes in "
+                f"lockstep and cannot be pipelined (pipeline_groups={pipeline_groups}): set rollout.async_mode=off, "
+                "or use algorithm.estimator=dual_gae"
+            )
+        self.pipeline_groups = pipeline_groups if pipeline_groups is not None and pipeline_groups >= 2 else None
+        self.slot_groups: list[list[int]] = [list(range(self.num_slots))]
+        """The slot groups of the pipeline (one group of every slot in lockstep)."""
+        if self.pipeline_groups is not None:
+            workers = None
+            if not getattr(pool, "in_process", True) and hasattr(pool, "worker_of"):
+                workers = [pool.worker_of(s) for s in range(self.num_slots)]
+            self.slot_groups = pipeline_slot_groups(self.num_slots, self.pipeline_groups, workers)
+        self._executor: ThreadPoolExecutor | None = None  # the pipeline's env thread (started on first use)
         self.curriculum = curriculum
         self._group_iteration = 0  # group rollouts done (the next one's seeds are group_seed(seed + g, this))
         self._step_limit_checked = False
@@ -208,7 +297,7 @@ class RolloutManager:
 
     def collect(self, turns_per_slot: int) -> TurnBatch:
         """Advance every slot ``turns_per_slot`` turns; returns ``num_slots * turns_per_slot`` rows (slot-major
-        within each turn: row ``t * num_slots + slot``)."""
+        within each turn: row ``t * num_slots + slot``), pipelined with ``pipeline_groups`` (the same rows)."""
         if turns_per_slot < 1:
             raise ValueError(f"turns_per_slot must be >= 1, got {turns_per_slot}")
         self._t_generate = self._t_env = 0.0
@@ -216,6 +305,8 @@ class RolloutManager:
             return self._collect_groups(turns_per_slot)
         if not self._started:
             self.start()
+        if self.pipeline_groups is not None:
+            return self._collect_pipeline(turns_per_slot)
         batch = TurnBatch()
         for _ in range(turns_per_slot):
             batch.rows.extend(t.row for t in self._step(batch))
@@ -226,6 +317,99 @@ class RolloutManager:
                 last.bootstrap_prompt_ids = self.stepper.bootstrap_prompt(s)
         self.last_timing = {"timing_s/rollout_generate": self._t_generate, "timing_s/rollout_env": self._t_env}
         return batch
+
+    # ------------------------------------------------------------------------------------------ pipeline
+    def _collect_pipeline(self, turns_per_slot: int) -> TurnBatch:
+        """:meth:`collect` with the slot groups pipelined: group ``g``'s generation of turn ``t`` runs while the env
+        thread does the env half of the group before; the same rows, episodes and bootstrap prompts as lockstep."""
+        n, groups = self.num_slots, self.slot_groups
+        batch = TurnBatch()
+        rows: list[TurnRow | None] = [None] * (n * turns_per_slot)
+        bootstrap: dict[int, list[int]] = {}
+        generate_spans: list[tuple[float, float]] = []
+        env_spans: list[tuple[float, float]] = []
+        inputs = [self.stepper.prepare(slots) for slots in groups]  # the env thread is idle: nothing else uses the pool
+        executor = self._env_executor()
+        pending: dict[int, Future[_GroupTurn]] = {}  # group -> its env half in the env thread (submission order)
+        ended: list[tuple[int, int, EpisodeStats]] = []  # (turn, slot, episode): lockstep's order is turn, then slot
+
+        def take(job: _GroupTurn) -> list[PolicyInput]:
+            """Record a finished env half (in submission order, the order lockstep records the slots in)."""
+            ended.extend((job.turn, t.row.slot, t.episode) for t in job.turns if t.episode is not None)
+            for turn in job.turns:
+                rows[job.turn * n + turn.row.slot] = turn.row
+            self._t_env += job.turns[0].env_s if job.turns else 0.0
+            bootstrap.update(job.bootstrap)
+            env_spans.append(job.span)
+            return job.next_inputs
+
+        try:
+            for t in range(turns_per_slot):
+                for g in range(len(groups)):
+                    if g in pending:  # the group's previous turn: its env half prepared this turn's inputs
+                        inputs[g] = take(pending.pop(g).result())
+                    retries = self.policy.retries_used
+                    start = time.perf_counter()
+                    answers, generate_s = self.stepper.answer(self.policy, inputs[g])
+                    generate_spans.append((start, time.perf_counter()))
+                    batch.generation_retries += self.policy.retries_used - retries
+                    self._t_generate += generate_s
+                    last = t == turns_per_slot - 1
+                    pending[g] = executor.submit(self._env_half, t, inputs[g], answers, generate_s, last)
+            for g in range(len(groups)):
+                take(pending.pop(g).result())
+        except BaseException:
+            for future in pending.values():
+                future.cancel()
+            wait_futures(list(pending.values()))  # never leave the env thread on the pool after collect returns
+            raise
+        batch.episodes.extend(e for _, _, e in sorted(ended, key=lambda x: x[:2]))
+        batch.rows.extend(row for row in rows if row is not None)
+        batch.link_rows()
+        for s, prompt_ids in bootstrap.items():
+            batch.rows[len(batch.rows) - n + s].bootstrap_prompt_ids = prompt_ids
+        self.last_timing = {
+            "timing_s/rollout_generate": self._t_generate,
+            "timing_s/rollout_env": self._t_env,
+            "timing_s/rollout_overlap": overlap_seconds(generate_spans, env_spans),
+        }
+        return batch
+
+    def _env_half(
+        self, turn: int, inputs: list[PolicyInput], answers: list[Answer], generate_s: float, last: bool
+    ) -> _GroupTurn:
+        """The env thread's job for one group: step its slots, draw the tasks of the episodes started, then build
+        the group's next inputs (or, after the last turn, its bootstrap prompts)."""
+        start = time.perf_counter()
+        turns = self.stepper.finish(inputs, answers, only_these=True, generate_s=generate_s)
+        for stepped in turns:  # the ended episodes' slots started the episode drawn ahead: draw the next one
+            if stepped.episode is not None:
+                self._draw_next_task(stepped.row.slot)
+        job = _GroupTurn(turn, turns)
+        if last:
+            job.bootstrap = {
+                x.row.slot: self.stepper.bootstrap_prompt(x.row.slot)
+                for x in turns
+                if not (x.row.terminated or x.row.truncated)
+            }
+        else:
+            job.next_inputs = self.stepper.prepare([i.slot for i in inputs])
+        job.span = (start, time.perf_counter())
+        return job
+
+    def _env_executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verlog-rollout-env")
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the pipeline's env thread and close the env pool (idempotent; the run's end)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        close = getattr(self.pool, "close", None)
+        if close is not None:
+            close()
 
     # ------------------------------------------------------------------------------------------ group rollouts
     def group_seeds(self, iteration: int) -> list[int]:

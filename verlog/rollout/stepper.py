@@ -11,6 +11,10 @@ One :meth:`EpisodeStepper.step` advances a set of env slots one turn:
 5. one :class:`~verlog.rollout.batch.TurnRow` per slot, and an :class:`~verlog.rollout.batch.EpisodeStats` for an
    episode that ended.
 
+Step 1 is :meth:`EpisodeStepper.prepare` (it reads the pool), step 2 :meth:`EpisodeStepper.answer` (no pool, no
+memory), steps 3-5 :meth:`EpisodeStepper.finish`; :meth:`EpisodeStepper.step` calls the three in a row, and the
+rollout's ``pipeline`` mode calls them itself, so that one slot group's env half runs while another group generates.
+
 What differs between the users is outside the loop: training keeps episodes running across iterations and batches a
 fixed number of turns (:class:`verlog.rollout.RolloutManager`); evaluation opens one episode per seed and closes it
 at its end (:mod:`verlog.eval.runner`); demos and the warm start play single episodes with scripted policies.
@@ -80,6 +84,7 @@ class Answer:
         log_probs: log-probabilities of ``token_ids`` under the sampling policy, or None.
         failed: the generation failed every attempt (``text`` is empty, ``token_ids`` a bare end-of-turn token).
         error: ``repr`` of the last generation error when ``failed``.
+        versions: the policy versions that wrote ``token_ids`` (:attr:`Generation.versions`), or None.
     """
 
     text: str
@@ -87,6 +92,7 @@ class Answer:
     log_probs: list[float] | None = None
     failed: bool = False
     error: str | None = None
+    versions: tuple[tuple[int, int], ...] | None = None
 
 
 @runtime_checkable
@@ -142,7 +148,7 @@ class GeneratorPolicy:
                 answers.append(Answer("", [self.tokenizer.eos_token_id], None, failed=True, error=error))
             else:
                 text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                answers.append(Answer(text, list(gen.token_ids), gen.log_probs))
+                answers.append(Answer(text, list(gen.token_ids), gen.log_probs, versions=gen.versions))
         return answers
 
 
@@ -376,7 +382,17 @@ class EpisodeStepper:
         Slots not named still step (the pool steps every slot) with empty text, in an episode nobody records (idle
         slots of group rollouts and evaluation). With ``continue_episodes`` a slot whose episode ended opens the
         pool's next one at once (training); without, it stays closed until :meth:`begin` or :meth:`reset`.
+
+        The turn is :meth:`prepare`, :meth:`answer` and :meth:`finish` in a row; a driver that overlaps one slot
+        group's env step with another's generation calls them itself (``RolloutManager``'s pipeline).
         """
+        inputs = self.prepare(slots)
+        answers, generate_s = self.answer(policy, inputs)
+        return self.finish(inputs, answers, continue_episodes=continue_episodes, generate_s=generate_s)
+
+    def prepare(self, slots: Sequence[int] | None = None) -> list[PolicyInput]:
+        """The policy inputs of ``slots``' next turn (default: all), in that order: each prompt built from the slot's
+        memory, the instruction read from the pool first (the only pool access of this half)."""
         live = list(range(self.num_slots)) if slots is None else list(slots)
         for s in live:
             if not self.open[s]:
@@ -388,18 +404,48 @@ class EpisodeStepper:
             inputs.append(
                 PolicyInput(s, ep.episode_id, ep.turn, prompt, memory.instruction or "", memory.current_observation)
             )
+        return inputs
+
+    @staticmethod
+    def answer(policy: Policy, inputs: Sequence[PolicyInput]) -> tuple[list[Answer], float]:
+        """``policy``'s answers to ``inputs`` and the seconds the call took; touches neither the pool nor the slots'
+        memories (so it can run while another thread steps other slots)."""
         start = time.perf_counter()
         answers = policy.act(inputs) if inputs else []
         generate_s = time.perf_counter() - start
         if len(answers) != len(inputs):
             raise StepperError(f"the policy gave {len(answers)} answers for {len(inputs)} turns")
-        texts = [""] * self.num_slots
-        rows = []
-        for turn, answer in zip(inputs, answers):
-            rows.append(self._row(turn, answer))
-            texts[turn.slot] = answer.text
+        return answers, generate_s
+
+    def finish(
+        self,
+        inputs: Sequence[PolicyInput],
+        answers: Sequence[Answer],
+        *,
+        continue_episodes: bool = True,
+        only_these: bool = False,
+        generate_s: float = 0.0,
+    ) -> list[Stepped]:
+        """The env half of a turn: step the pool with ``answers`` (to :meth:`prepare`'s ``inputs``), record each
+        slot's row, memory and episode end; returns the turns in ``inputs``' order.
+
+        Args:
+            continue_episodes: as in :meth:`step`.
+            only_these: step only the inputs' slots (``EnvPool.step_slots``; the other slots' envs stay where they
+                are); False steps every slot of the pool, the others with empty text, as :meth:`step` does.
+            generate_s: the seconds of the policy call, recorded in each :class:`Stepped`.
+        """
+        if len(answers) != len(inputs):
+            raise StepperError(f"{len(answers)} answers for {len(inputs)} turns")
+        rows = [self._row(turn, answer) for turn, answer in zip(inputs, answers)]
         start = time.perf_counter()
-        results = self.pool.step(texts)
+        if only_these:
+            results = self.pool.step_slots({turn.slot: answer.text for turn, answer in zip(inputs, answers)})
+        else:
+            texts = [""] * self.num_slots
+            for turn, answer in zip(inputs, answers):
+                texts[turn.slot] = answer.text
+            results = self.pool.step(texts)
         env_s = time.perf_counter() - start
         out = []
         for turn, answer, row in zip(inputs, answers, rows):
@@ -426,6 +472,7 @@ class EpisodeStepper:
             observation_truncated=turn.prompt.truncated_observation,
             frame=self.images[turn.slot],
             task=ep.task,
+            policy_versions=answer.versions,
         )
 
     def _apply(

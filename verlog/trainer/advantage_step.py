@@ -21,10 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from verl import DataProto
 
-from verlog.config.schema import TrainConfig
+from verlog.advantage import turn_trace_weights
+from verlog.config.schema import AlgorithmConfig, TrainConfig
 from verlog.errors import VerlogError
 from verlog.estimators import Grouping, Rows, get_estimator
 from verlog.group_advantage import spread_untrained_rows
@@ -62,10 +64,30 @@ def row_keys(data: DataProto) -> list[tuple[str, int]]:
     return [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
 
 
-def rows_of(data: DataProto) -> Rows:
-    """The estimators' view of a batch: its tensors and row columns (:class:`verlog.estimators.Rows`)."""
+def trace_weights_of(data: DataProto) -> torch.Tensor:
+    """``[B]`` V-trace's ``c = min(1, rho)`` of each row (:func:`verlog.advantage.turn_trace_weights`), from the
+    batch's ``old_log_probs`` and ``rollout_log_probs``; all 1 when either is missing. A row gets 1 when its
+    generation failed (the ``generation_failed`` column, when there is one) or its rollout log-probs are unknown
+    (``TurnBatch.to_tensors`` leaves them all 0 on the row's response tokens)."""
+    tensors = data.batch
+    present = tensors.keys()
+    if "old_log_probs" not in present or "rollout_log_probs" not in present:
+        return torch.ones(len(data))
+    mask = tensors["response_mask"].bool()
+    rollout = tensors["rollout_log_probs"]
+    known = ((rollout != 0) & mask).any(1)
+    failed = data.non_tensor_batch.get("generation_failed")
+    if failed is not None:
+        known &= ~torch.as_tensor(np.asarray(failed, dtype=bool), device=known.device)
+    return turn_trace_weights(tensors["old_log_probs"], rollout, mask, known=known)
+
+
+def rows_of(data: DataProto, algorithm: AlgorithmConfig | None = None) -> Rows:
+    """The estimators' view of a batch: its tensors and row columns (:class:`verlog.estimators.Rows`); with
+    ``algorithm.turn_trace=vtrace`` also each row's trace weight (:func:`trace_weights_of`)."""
     nt, tensors = data.non_tensor_batch, data.batch
     present = tensors.keys()
+    vtrace = algorithm is not None and algorithm.turn_trace == "vtrace"
     return Rows(
         token_rewards=tensors["token_level_rewards"],
         response_mask=tensors["response_mask"],
@@ -78,6 +100,7 @@ def rows_of(data: DataProto) -> Rows:
         group_id=nt.get("group_id"),
         anchor=nt.get("anchor"),
         trained=nt.get("trained"),
+        trace_weights=trace_weights_of(data) if vtrace else None,
     )
 
 
@@ -122,7 +145,7 @@ def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) 
         )
     env_id = settings.env.id
     check_finite(data.batch["token_level_rewards"], keys, "reward", env_id)
-    estimate = estimator.compute(rows_of(data), settings.algorithm)
+    estimate = estimator.compute(rows_of(data, settings.algorithm), settings.algorithm)
     what = "advantage (the critic's values or the bootstrap values)" if estimator.needs_critic else "advantage"
     check_finite(estimate.raw, keys, what, env_id)
     data.batch["advantages"] = estimate.advantages

@@ -25,6 +25,7 @@ from verlog.errors import VerlogError
 from verlog.rollout.batch import TurnBatch
 from verlog.rollout.manager import RolloutManager
 from verlog.run_folder import pause_point
+from verlog.trainer.async_rollout import RolloutAhead
 
 
 @dataclass
@@ -36,6 +37,23 @@ class RolloutRecord:
     batch: TurnBatch
     metrics: dict[str, float] = field(default_factory=dict)
     log: dict[str, Any] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+
+def version_metrics(batch: TurnBatch) -> dict[str, float]:
+    """How many policy versions wrote the batch's turns (rows with known versions; none when no row has any):
+    ``async/turn_versions_mean`` (versions per turn), ``async/turns_multi_version`` (share of turns written by 2+
+    versions: cut by an in-flight weight update), ``async/tokens_per_version`` (tokens per (turn, version))."""
+    segments = [r.policy_versions for r in batch.rows if not r.idle and r.policy_versions]
+    if not segments:
+        return {}
+    counts = [len({v for v, _ in seg}) for seg in segments]
+    pieces = [n for seg in segments for _, n in seg]
+    return {
+        "async/turn_versions_mean": float(np.mean(counts)),
+        "async/turns_multi_version": float(np.mean([c > 1 for c in counts])),
+        "async/tokens_per_version": float(np.mean(pieces)),
+    }
 
 
 class VerlogAgentLoopManager(AgentLoopManager):
@@ -46,21 +64,20 @@ class VerlogAgentLoopManager(AgentLoopManager):
         self.rollout: RolloutManager | None = None
         self.turns_per_slot = 0
         self.last_rollout: RolloutRecord | None = None
+        self.ahead: RolloutAhead | None = None
 
-    def attach(self, rollout: RolloutManager, turns_per_slot: int) -> None:
-        """Give the manager the rollout it runs each iteration."""
+    def attach(self, rollout: RolloutManager, turns_per_slot: int, ahead_capacity: int = 0) -> None:
+        """Give the manager the rollout it runs each iteration; ``ahead_capacity`` > 0 collects that many
+        iterations ahead in a driver thread (``rollout.async_mode`` one_step_off / in_flight:
+        :class:`~verlog.trainer.async_rollout.RolloutAhead`)."""
         self.rollout = rollout
         self.turns_per_slot = turns_per_slot
+        self.ahead = RolloutAhead(self.collect_record, ahead_capacity) if ahead_capacity > 0 else None
 
-    def generate_sequences(self, prompts: DataProto) -> DataProto:  # type: ignore[override]
-        """One iteration of rollout: ``len(prompts)`` rows (the trainer's tick batch fixes the size)."""
+    def collect_record(self) -> RolloutRecord:
+        """One iteration of rollout as a :class:`RolloutRecord` (its ``step`` is set when it is handed out)."""
         if self.rollout is None:
             raise VerlogError("VerlogAgentLoopManager has no rollout attached: the verlog trainer attaches one")
-        expected = self.rollout.num_slots * self.turns_per_slot
-        if len(prompts) != expected:
-            raise VerlogError(f"the trainer asked for {len(prompts)} rows, the rollout gives {expected}")
-        step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
-        pause_point("rollout", step, os.path.dirname(str(self.config.trainer.default_local_dir)))
         start_episodes = self.rollout.current_episodes()
         t0 = time.perf_counter()
         batch = self.rollout.collect(self.turns_per_slot)
@@ -75,8 +92,29 @@ class VerlogAgentLoopManager(AgentLoopManager):
                 for e in batch.episodes
             ],
         }
-        self.last_rollout = RolloutRecord(step, batch, {**batch.metrics(), **self.rollout.last_timing}, log)
-        return self.to_dataproto(batch, elapsed)
+        metrics = {**batch.metrics(), **self.rollout.last_timing}
+        return RolloutRecord(-1, batch, metrics, log, elapsed)
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:  # type: ignore[override]
+        """One iteration of rollout: ``len(prompts)`` rows (the trainer's tick batch fixes the size); collected
+        now, or handed over from the driver thread that collected it while verl trained."""
+        if self.rollout is None:
+            raise VerlogError("VerlogAgentLoopManager has no rollout attached: the verlog trainer attaches one")
+        expected = self.rollout.num_slots * self.turns_per_slot
+        if len(prompts) != expected:
+            raise VerlogError(f"the trainer asked for {len(prompts)} rows, the rollout gives {expected}")
+        step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
+        pause_point("rollout", step, os.path.dirname(str(self.config.trainer.default_local_dir)))
+        if self.ahead is None:
+            record = self.collect_record()
+            elapsed = record.elapsed
+        else:
+            record, overlap = self.ahead.hand_off()
+            record.metrics.update({**overlap, **version_metrics(record.batch)})
+            elapsed = overlap["async/wait_s"]  # verl's "gen" time: what the trainer waited for
+        record.step = step
+        self.last_rollout = record
+        return self.to_dataproto(record.batch, elapsed)
 
     def rollout_at(self, step: int) -> RolloutRecord | None:
         """The rollout of iteration ``step``, or None when the latest rollout is another iteration's (the critic
@@ -88,7 +126,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
         """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row columns
         (``non_tensor_batch``, ``[B]`` each; they follow the rows through verl's reordering): episode_id,
         turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
-        list, or None: what the trainer's value step reads), task in multi-task training and, for group rollouts,
+        list, or None: what the trainer's value step reads), generation_failed, policy_version (the oldest policy
+        version among the row's tokens, -1 when unknown), task in multi-task training and, for group rollouts,
         group_id, anchor, trained.
         """
         rcfg = self.config.actor_rollout_ref.rollout
@@ -106,6 +145,10 @@ class VerlogAgentLoopManager(AgentLoopManager):
             "terminated": np.array([r.terminated for r in rows], dtype=bool),
             "truncated": np.array([r.truncated for r in rows], dtype=bool),
             "bootstrap_prompt_ids": _object_column([r.bootstrap_prompt_ids for r in rows]),
+            "generation_failed": np.array([r.generation_failed for r in rows], dtype=bool),
+            "policy_version": np.array(
+                [-1 if r.oldest_version is None else r.oldest_version for r in rows], dtype=np.int64
+            ),
             "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
         }
         if any(r.task for r in rows):  # multi-task training: each row's task family (the curriculum's arms)

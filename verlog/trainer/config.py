@@ -96,6 +96,13 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     ]
     if not critic:
         out.append("critic.enable=False")
+    if ro.async_mode != "off" and alg.rollout_is != "off":
+        # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
+        # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)
+        out += [
+            f"algorithm.rollout_correction.rollout_is={alg.rollout_is}",
+            f"algorithm.rollout_correction.rollout_is_threshold={alg.rollout_is_threshold}",
+        ]
     resume = cfg.checkpoint.resume
     if resume in ("auto", "disable"):
         out.append(f"trainer.resume_mode={resume}")

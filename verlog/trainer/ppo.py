@@ -66,7 +66,11 @@ from verlog.run_folder import (
     step_folder,
 )
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
+from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.seams import check_seams
+
+PENDING_KEY = "collected_ahead"
+"""Key of the rollout state file holding the iterations collected ahead and not trained yet (async rollout)."""
 
 BOOTSTRAP_GAP_WARN = 1e-3
 """A larger gap between the bootstrap values and an ordinary critic call on the same prompt is printed as a warning.
@@ -162,7 +166,13 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 partial(critic_loss, config=critic_cfg, first_position_weight=alg.first_position_weight)
             )
         self.rollout = self._build_rollout()
-        self.async_rollout_manager.attach(self.rollout, self.settings.rollout.turns_per_slot)
+        ro = self.settings.rollout
+        ahead = {"one_step_off": 1, "in_flight": ro.max_lag}.get(ro.async_mode, 0)
+        manager = self.async_rollout_manager
+        manager.attach(self.rollout, ro.turns_per_slot, ahead_capacity=ahead)
+        if manager.ahead is not None:  # verl's fit syncs weights through this attribute (verlog/trainer/seams.py)
+            self.checkpoint_manager = WeightSync(self.checkpoint_manager, ro.async_mode, manager.ahead.busy)
+            manager.ahead.before_start = self.checkpoint_manager.apply_deferred
         self._tapes = self._build_tapes()
 
     def _build_rollout(self) -> RolloutManager:
@@ -186,6 +196,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             run_id=v.run_name,
             generation_retries=v.rollout.generation_retries,
             group_size=v.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
+            pipeline_groups=v.rollout.pipeline_groups if v.rollout.async_mode == "pipeline" else None,
         )
 
     def _estimator(self) -> Estimator:
@@ -294,6 +305,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
         (tapes, the curriculum); the step's metrics go to this iteration's log (:meth:`extra_metrics`)."""
         step = int(self.global_steps)
         data, metrics, raw_advantages = advantage_step(data, self.settings, self._batch_layout())
+        if isinstance(self.checkpoint_manager, WeightSync):  # rows written by older policies: lag, max_lag
+            metrics.update(lag_step(data, self.checkpoint_manager.latest, self.settings.rollout.max_lag))
+            if self.settings.rollout.async_mode == "in_flight":
+                metrics["async/in_flight_updates"] = float(self.checkpoint_manager.in_flight_updates)
         record = self.async_rollout_manager.rollout_at(step)
         entropys = self._entropys.take(step, None)
         if self._estimator().tapes and record is not None:
@@ -306,8 +321,17 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------ tapes
     def _compute_old_log_prob(self, batch: DataProto) -> Any:
-        """verl's, keeping the per-token entropies (verl drops them after its metric) for this iteration's tapes."""
+        """verl's, keeping the per-token entropies (verl drops them after its metric) for this iteration's tapes;
+        rows whose generation failed get ``rollout_log_probs`` equal to their old log-probs (importance weight 1)."""
         out, mfu = super()._compute_old_log_prob(batch)
+        if "rollout_log_probs" in batch.batch and "generation_failed" in batch.non_tensor_batch:
+            # a failed generation has no rollout log-probs (0s): its importance weight is 1, left out of the
+            # correction, rather than exp(old log-prob)
+            failed = torch.as_tensor(batch.non_tensor_batch["generation_failed"].astype(bool))
+            if bool(failed.any()):
+                batch.batch["rollout_log_probs"][failed] = out.batch["old_log_probs"][failed].to(
+                    batch.batch["rollout_log_probs"].dtype
+                )
         if self._tapes is not None and self._tapes.enabled and self._estimator().tapes:
             self._entropys.put(int(self.global_steps), out.batch["entropys"])
         return out, mfu
@@ -322,6 +346,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         previous checkpoint the latest one."""
         trainer_cfg = self.config.trainer
         checkpoints = str(trainer_cfg.default_local_dir)
+        ahead = self.async_rollout_manager.ahead
+        pending = ahead.pending() if ahead is not None else []  # waits for the background rollout
         incoming = incoming_root(checkpoints)  # empty here: recover_checkpoints cleared it at start, commits clear it
         step = int(self.global_steps)
         try:
@@ -334,7 +360,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
                     trainer_cfg.default_local_dir = checkpoints
             folder = step_folder(incoming, step)
             with open(folder / ROLLOUT_STATE_FILE, "wb") as f:
-                pickle.dump(self.rollout.state_dict(), f)
+                pickle.dump({**self.rollout.state_dict(), PENDING_KEY: pending}, f)
                 f.flush()
                 os.fsync(f.fileno())
         except Exception as exc:
@@ -379,7 +405,18 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 "verlog's trainer; resume from another checkpoint or set checkpoint.resume=disable"
             )
         with open(path, "rb") as f:
-            self.rollout.load_state_dict(pickle.load(f))
+            state = pickle.load(f)
+        pending = state.pop(PENDING_KEY, [])
+        self.rollout.load_state_dict(state)
+        ahead = self.async_rollout_manager.ahead
+        if ahead is not None:
+            ahead.restore(pending)
+        elif pending:
+            raise VerlogError(
+                f"checkpoint {folder} holds {len(pending)} iteration(s) of rows collected ahead by "
+                "rollout.async_mode=one_step_off or in_flight: resume with that mode, so they are trained and no "
+                "turn is lost"
+            )
         print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
         if bool(self.config.trainer.get("val_before_train", False)):
             # evaluation.before_train is the starting model's point (a fresh run's); a resumed run's step would
@@ -418,8 +455,15 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
         if getattr(self, "_evaluator", None) is None:
             self._evaluator = TrainingEvaluator.from_config(self.verlog, self.settings)
+        sync = self.checkpoint_manager
+        if isinstance(sync, WeightSync):  # evaluate the newest weights, and only them
+            self.async_rollout_manager.ahead.settle()
+            sync.apply_deferred()
         generator = VerlServerGenerator(self.async_rollout_manager.llm_client)
-        return self._evaluator.run(generator, self.tokenizer, int(self.global_steps))
+        metrics = self._evaluator.run(generator, self.tokenizer, int(self.global_steps))
+        if isinstance(sync, WeightSync) and sync.version is not None:
+            metrics["eval/policy_version"] = float(sync.version)
+        return metrics
 
     # ------------------------------------------------------------------------------------------ fit
     def fit(self) -> None:
@@ -436,6 +480,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         finally:
             ray_trainer.compute_advantage = original_adv
             tracking.Tracking = original_tracking
+            if self.async_rollout_manager.ahead is not None:
+                self.async_rollout_manager.ahead.close()
 
     def extra_metrics(self, step: int) -> dict[str, float]:
         """verlog's metrics for the step being logged (the rollout's, then the advantage step's and the curriculum's,

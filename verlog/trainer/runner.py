@@ -157,7 +157,7 @@ def train(cfg: TrainConfig) -> Path:
     finally:
         rollout = getattr(trainer, "rollout", None)
         if rollout is not None:
-            rollout.pool.close()
+            rollout.close()  # the pipeline's env thread, then the env pool
         ray.shutdown()
     from verlog.run_summary import read_metrics, summary_lines, write_learning_curve
 

@@ -17,6 +17,10 @@ Overridden methods of ``RayPPOTrainer``: ``_create_dataloader`` (tick data set),
 ``_compute_values`` (bootstrap values), ``_compute_old_log_prob`` (entropies for tapes), ``_save_checkpoint`` /
 ``_load_checkpoint`` (env slots' state; the start hook: critic warm-up) and ``_validate`` (evaluation).
 
+Replaced on the trainer with ``rollout.async_mode`` one_step_off / in_flight: its ``checkpoint_manager`` attribute,
+which ``fit`` calls to sync the weights (verlog/trainer/async_rollout.py times those syncs against the background
+rollout).
+
 Read from verl: the iteration's number that ``fit`` puts in the rollout's batch (``meta_info["global_steps"]``): the
 rollout manager keeps the iteration's rollout under it, and the trainer's hooks ask for the rollout of their iteration.
 """
@@ -100,6 +104,34 @@ SEAMS: tuple[Seam, ...] = (
     ),
     Seam("verl.workers.utils.losses:value_loss", 'data["dp_size"]', "as above"),
     Seam("verl.workers.utils.losses:value_loss", 'data["global_batch_size"]', "as above"),
+    Seam(
+        _FIT,
+        "self.checkpoint_manager.update_weights(self.global_steps)",
+        "fit syncs the weights into the vLLM servers through the trainer's checkpoint_manager attribute: with "
+        "rollout.async_mode one_step_off / in_flight verlog puts its WeightSync there "
+        "(verlog/trainer/async_rollout.py)",
+    ),
+    Seam(
+        "verl.checkpoint_engine.base:CheckpointEngineManager.abort_replicas",
+        None,
+        "in_flight: running requests are aborted before a weight update (they return their tokens so far)",
+    ),
+    Seam(
+        "verl.checkpoint_engine.base:CheckpointEngineManager.resume_generation_replicas",
+        None,
+        "in_flight: generation resumes after the weight update",
+    ),
+    Seam(
+        "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit",
+        "compute_rollout_correction_and_add_to_batch(batch, rollout_corr_config)",
+        "asynchronous rollouts are corrected by verl's rollout correction in decoupled mode "
+        "(algorithm.rollout_correction, set from algorithm.rollout_is)",
+    ),
+    Seam(
+        "verl.workers.rollout.llm_server:LLMServerClient.generate",
+        'output.extra_fields.get("global_steps")',
+        "every server output carries the policy version that wrote it: each row's policy_version",
+    ),
 )
 
 

@@ -16,6 +16,7 @@ VERLOG_NAMESPACES = (
     "curriculum/",
     "family/",
     "check/",
+    "async/",
 )
 """Prefixes of the metrics verlog (not verl) logs: every logged name under them must be documented."""
 
