@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 MODES = ("off", "pipeline", "one_step_off", "in_flight")
 PARITY_MODES = ("off", "one_step_off", "in_flight")
 SLOTS, TURNS = 16, 4
-# the quick start's PPO settings (recipes/cpu/quickstart.sh)
+# the quick start's PPO (recipes/cpu/quickstart.sh) with the settings the sweep showcase recommends
+# (docs/sweeps.md: no critic warm-up, turn-level advantages, actor lr 8e-4)
 BASE = [
     "env=toy_delayed",
     "hardware=cpu",
@@ -47,8 +48,9 @@ BASE = [
     f"rollout.turns_per_slot={TURNS}",
     "rollout.max_prompt_tokens=320",
     "rollout.max_response_tokens=24",
-    "algorithm.critic_warmup=1",
-    "algorithm.actor_lr=3e-4",
+    "algorithm.critic_warmup=0",
+    "algorithm.advantage_level=turn",
+    "algorithm.actor_lr=8e-4",
     "algorithm.critic_lr=2e-4",
     "algorithm.mini_batches=2",
     "checkpoint.save_freq=-1",
