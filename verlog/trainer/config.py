@@ -96,7 +96,7 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     ]
     if not critic:
         out.append("critic.enable=False")
-    if ro.async_mode != "off" and alg.rollout_is != "off":
+    if ro.async_mode in ("one_step_off", "in_flight") and alg.rollout_is != "off":
         # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
         # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)
         out += [

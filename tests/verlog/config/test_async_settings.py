@@ -160,3 +160,20 @@ def test_verl_setting_reads_nested_and_dotted_keys() -> None:
     cfg = _cfg(verl={"a": {"b": {"c": 1}, "b.d": 2}, "e.f": 3})
     assert (verl_setting(cfg, "a.b.c"), verl_setting(cfg, "a.b.d"), verl_setting(cfg, "e.f")) == (1, 2, 3)
     assert verl_setting(cfg, "a.b") is None and verl_setting(TrainConfig(), "a") is None
+
+
+@pytest.mark.parametrize("mode", ASYNC_MODES)
+def test_verl_rollout_correction_only_for_rows_sampled_by_an_older_policy(mode):
+    from verlog.trainer.config import verl_overrides
+
+    overrides = verl_overrides(_cfg(rollout__async_mode=mode))
+    corrected = [o for o in overrides if o.startswith("algorithm.rollout_correction.")]
+    if mode in ("one_step_off", "in_flight"):
+        assert corrected == [
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0",
+        ]
+    else:  # lockstep and pipeline rows are on-policy: verl's correction stays off
+        assert corrected == []
+    off = verl_overrides(_cfg(rollout__async_mode=mode, algorithm__rollout_is="off"))
+    assert not [o for o in off if o.startswith("algorithm.rollout_correction.")]

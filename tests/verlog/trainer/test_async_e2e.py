@@ -132,7 +132,9 @@ def test_each_slot_goes_on_where_the_previous_iteration_stopped(runs):
         finished |= {e["id"] for e in rollouts[step]["finished_episodes"]}
         before, after = rollouts[step]["start_episodes"], rollouts[step + 1]["start_episodes"]
         for (episode, turn), (next_episode, next_turn) in zip(before, after):
-            if next_episode == episode:
+            if not episode:  # before the first collect no slot has an episode yet
+                assert step == 1 and 0 < next_turn <= TURNS
+            elif next_episode == episode:
                 assert next_turn == turn + TURNS
             else:  # the slot's episode ended in this iteration and the next one started there
                 assert episode in finished and 0 < next_turn <= TURNS
