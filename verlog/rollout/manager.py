@@ -56,6 +56,9 @@ from verlog.rollout.stepper import Answer, EpisodeStepper, GeneratorPolicy, Poli
 from verlog.sampling import SamplingConfig
 
 STATE_FORMAT = "verlog.rollout/1"
+PIPELINE_MIN_ENV_SHARE = 0.1
+"""A pipelined rollout (``pipeline_groups``) falls back to lockstep for a collect when the previous collect's env
+steps took less than this share of its generation time (:meth:`RolloutManager.pipeline_pays`)."""
 GROUP_SEED_END = 2**31 - 1
 """Group seeds after the first iteration are drawn from ``[0, GROUP_SEED_END)``, like the env pool's own seed streams
 (evaluation seeds from ``2**31`` up are never met)."""
@@ -251,6 +254,8 @@ class RolloutManager:
         self._started = False
         self._t_generate = self._t_env = 0.0  # seconds of generation and env steps in the running collect
         self.last_timing: dict[str, float] = {}
+        self.pipeline_min_env_share = PIPELINE_MIN_ENV_SHARE
+        """:meth:`pipeline_pays`'s threshold (0: pipeline every collect)."""
 
     @property
     def memories(self) -> list[SlidingMemory]:
@@ -305,18 +310,35 @@ class RolloutManager:
             return self._collect_groups(turns_per_slot)
         if not self._started:
             self.start()
+        pipelined = self.pipeline_groups is not None and self.pipeline_pays()
+        if pipelined:
+            batch = self._collect_pipeline(turns_per_slot)
+        else:
+            batch = TurnBatch()
+            for _ in range(turns_per_slot):
+                batch.rows.extend(t.row for t in self._step(batch))
+            batch.link_rows()
+            for s in range(self.num_slots):  # the slot's last row: bootstrap from the prompt its episode goes on with
+                last = batch.rows[len(batch.rows) - self.num_slots + s]
+                if not (last.terminated or last.truncated):
+                    last.bootstrap_prompt_ids = self.stepper.bootstrap_prompt(s)
+            self.last_timing = {"timing_s/rollout_generate": self._t_generate, "timing_s/rollout_env": self._t_env}
         if self.pipeline_groups is not None:
-            return self._collect_pipeline(turns_per_slot)
-        batch = TurnBatch()
-        for _ in range(turns_per_slot):
-            batch.rows.extend(t.row for t in self._step(batch))
-        batch.link_rows()
-        for s in range(self.num_slots):  # the slot's last row: bootstrap from the prompt its episode continues with
-            last = batch.rows[len(batch.rows) - self.num_slots + s]
-            if not (last.terminated or last.truncated):
-                last.bootstrap_prompt_ids = self.stepper.bootstrap_prompt(s)
-        self.last_timing = {"timing_s/rollout_generate": self._t_generate, "timing_s/rollout_env": self._t_env}
+            self.last_timing.setdefault("timing_s/rollout_overlap", 0.0)
+            self.last_timing["rollout/pipelined"] = float(pipelined)
         return batch
+
+    def pipeline_pays(self) -> bool:
+        """Whether the next collect is pipelined: always the first; then only while the last collect's env steps
+        took at least :attr:`pipeline_min_env_share` of its generation time. Pipelining hides env time behind
+        generation, but generates in smaller batches, which costs more per turn; with envs that answer at once it
+        only costs. Pipelined or not, the rows are the same (module docstring), so the choice can change from one
+        collect to the next."""
+        generate = self.last_timing.get("timing_s/rollout_generate")
+        env = self.last_timing.get("timing_s/rollout_env")
+        if generate is None or env is None or generate <= 0:
+            return True
+        return env >= self.pipeline_min_env_share * generate
 
     # ------------------------------------------------------------------------------------------ pipeline
     def _collect_pipeline(self, turns_per_slot: int) -> TurnBatch:

@@ -19,7 +19,7 @@ from verlog.errors import GeneratorDownError
 from verlog.memory import MemoryConfig
 from verlog.rollout import Generation, RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.build import build_rollout
-from verlog.rollout.manager import GroupRolloutError, overlap_seconds, pipeline_slot_groups
+from verlog.rollout.manager import PIPELINE_MIN_ENV_SHARE, GroupRolloutError, overlap_seconds, pipeline_slot_groups
 
 ANSWERS = ["go forward", "turn left", "go forward", "turn right", "fly away"]  # "fly away": invalid, default action
 TASKS = {
@@ -55,7 +55,7 @@ class PromptGenerator:
 
 
 def _manager(tokenizer, pool, generator=None, curriculum=None, **kw):
-    return RolloutManager(
+    m = RolloutManager(
         pool,
         tokenizer,
         generator or PromptGenerator(tokenizer),
@@ -66,6 +66,30 @@ def _manager(tokenizer, pool, generator=None, curriculum=None, **kw):
         curriculum=curriculum,
         **kw,
     )
+    m.pipeline_min_env_share = 0.0  # pipeline every collect, however fast these envs answer
+    return m
+
+
+def test_pipelining_falls_back_to_lockstep_when_envs_answer_at_once(tokenizer):
+    """After the first collect, a collect is pipelined only while env steps take at least a tenth of generation."""
+    pool = make_env_pool("toy/delayed", 4, in_process=True)
+    try:
+        m = _manager(tokenizer, pool, pipeline_groups=2)
+        m.pipeline_min_env_share = PIPELINE_MIN_ENV_SHARE
+        assert m.pipeline_pays()  # nothing measured yet
+        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.05}
+        assert not m.pipeline_pays()
+        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.2}
+        assert m.pipeline_pays()
+        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.0}
+        batch = m.collect(2)  # lockstep, and says so
+        assert len(batch) == 8
+        assert m.last_timing["rollout/pipelined"] == 0.0 and m.last_timing["timing_s/rollout_overlap"] == 0.0
+        m.pipeline_min_env_share = 0.0
+        m.collect(2)
+        assert m.last_timing["rollout/pipelined"] == 1.0
+    finally:
+        m.close()
 
 
 def _pool(case: str, slots: int):
@@ -110,7 +134,8 @@ def test_pipeline_gives_the_lockstep_rows_episodes_and_state(tokenizer, case):
                 assert _rows(got) == _rows(want)
                 assert got.episodes == want.episodes
                 assert got.generation_retries == want.generation_retries
-                assert set(m.last_timing) == {*lockstep.last_timing, "timing_s/rollout_overlap"}
+                assert set(m.last_timing) == {*lockstep.last_timing, "timing_s/rollout_overlap", "rollout/pipelined"}
+                assert m.last_timing["rollout/pipelined"] == 1.0
                 assert m.state_dict() == lockstep.state_dict()
         assert ended >= 5 and lockstep.policy.retries_used > 0  # episodes ended (auto-reset), requests were retried
         assert "timing_s/rollout_overlap" not in lockstep.last_timing  # lockstep logs what it always did

@@ -164,7 +164,8 @@ def test_in_flight_updates_reach_the_server_during_a_collect_within_max_lag(runs
 def test_pipeline_overlaps_env_steps_with_generation(runs):
     metrics = _iterations(runs / "pipeline")
     assert sorted(metrics) == [1, 2]
+    assert metrics[1]["rollout/pipelined"] == 1.0  # the first collect is pipelined; later ones while env time pays
     for m in metrics.values():
         assert m["rollout/turns"] == SLOTS * TURNS
-        assert "timing_s/rollout_overlap" in m
+        assert "timing_s/rollout_overlap" in m and m["rollout/pipelined"] in (0.0, 1.0)
         assert not any(k.startswith(("async/", "rollout_corr/")) for k in m)  # zero staleness: nothing to correct
