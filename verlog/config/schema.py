@@ -86,8 +86,9 @@ class RolloutConfig:
             rollout runs while iteration k trains; one policy version stale), ``in_flight`` (generation never stops
             for training; new weights reach the inference server between tokens; stale by at most ``max_lag``).
         pipeline_groups: slot groups of ``pipeline`` (>= 2, at most ``num_slots``).
-        max_lag: ``in_flight``: rows whose oldest token is more than this many policy versions behind the policy
-            being trained are left out of the loss (counted in ``async/rows_over_lag``).
+        max_lag: ``in_flight``: how many iterations the rollout may run ahead of training, which bounds how many
+            policy versions old a trained token can be; rows whose oldest token is older anyway are left out of the
+            loss (counted in ``async/rows_over_lag``).
     """
 
     num_slots: int = 4
@@ -98,7 +99,7 @@ class RolloutConfig:
     group_size: int = 1
     async_mode: str = "off"
     pipeline_groups: int = 2
-    max_lag: int = 2
+    max_lag: int = 1
 
 
 @dataclass
