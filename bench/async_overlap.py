@@ -133,6 +133,7 @@ def speed_part(args: argparse.Namespace, model: Path, ray_dir: str) -> dict[str,
         "env.id=slow",
         "+env.kwargs.inner=toy/delayed",
         f"+env.kwargs.step_delay_s={delay}",
+        "+env.kwargs.reset_delay_s=0",  # only steps wait, so the tuning above is the env time (no resets on top)
         f"evaluation.every={args.iterations}",
         "evaluation.episodes=32",
     ]
