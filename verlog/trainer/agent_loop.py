@@ -109,7 +109,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
             record = self.collect_record()
             elapsed = record.elapsed
         else:
-            record, overlap = self.ahead.hand_off()
+            last = step >= int(self.config.trainer.total_training_steps)  # nothing to collect ahead for
+            record, overlap = self.ahead.hand_off(start_next=not last)
             record.metrics.update({**overlap, **version_metrics(record.batch)})
             elapsed = overlap["async/wait_s"]  # verl's "gen" time: what the trainer waited for
         record.step = step

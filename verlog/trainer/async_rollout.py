@@ -65,9 +65,10 @@ class RolloutAhead:
         self._last_hand_off: float | None = None
 
     # ------------------------------------------------------------------------------------------ trainer side
-    def hand_off(self) -> tuple[Any, dict[str, float]]:
-        """The oldest collected rollout (waiting for it if needed) and the overlap metrics of the wait; starts
-        the next collects so that ``capacity`` are done or running again."""
+    def hand_off(self, start_next: bool = True) -> tuple[Any, dict[str, float]]:
+        """The oldest collected rollout (waiting for it if needed) and the overlap metrics of the wait; then (unless
+        ``start_next`` is False: the run's last iteration) starts the next collects so that ``capacity`` are done
+        or running again."""
         start = time.perf_counter()
         if self._restored:
             record = self._restored.popleft()
@@ -81,7 +82,8 @@ class RolloutAhead:
             busy, self._busy_s = self._busy_s, 0.0
         period = now - self._last_hand_off if self._last_hand_off is not None else None
         self._last_hand_off = now
-        self._fill()
+        if start_next:
+            self._fill()
         metrics = {"async/wait_s": waited}
         if period:  # from the second hand-off on: shares of the time between two hand-offs
             train_s = max(period - waited, 0.0)

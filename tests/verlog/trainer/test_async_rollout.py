@@ -54,6 +54,18 @@ def test_hand_off_gives_collects_in_order_one_ahead() -> None:
         ahead.close()
 
 
+def test_the_last_hand_off_starts_nothing() -> None:
+    collect = Counter()
+    ahead = RolloutAhead(collect, capacity=1)
+    try:
+        ahead.hand_off()
+        assert ahead.hand_off(start_next=False)[0].n == 2
+        ahead.settle()
+        assert collect.n == 2 and ahead.pending() == []
+    finally:
+        ahead.close()
+
+
 def test_capacity_bounds_how_far_the_rollout_runs_ahead() -> None:
     collect = Counter()
     ahead = RolloutAhead(collect, capacity=2)
