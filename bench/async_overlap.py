@@ -191,7 +191,7 @@ def parity_part(args: argparse.Namespace, model: Path, ray_dir: str) -> dict[str
                 root / f"{mode}-s{seed}",
                 model,
                 [f"iterations={args.parity_iterations}", f"seed={seed}", f"rollout.async_mode={mode}",
-                 f"evaluation.every={args.parity_iterations}", "evaluation.episodes=64"],
+                 f"evaluation.every={args.parity_iterations}", "evaluation.episodes=64", *args.parity_overrides],
                 ray_dir,
             )  # fmt: skip
             final = iterations(run)[-1]
@@ -235,7 +235,8 @@ def render(results: dict[str, Any]) -> str:
     if parity:
         lines += ["## Learning parity", "",
                   f"Final in-training evaluation (64 episodes) and training episodes until the running mean return "
-                  f"(3 iterations) reaches {results['threshold']}.", "",
+                  f"(3 iterations) reaches {results['threshold']}. Overrides beyond the speed runs' settings: "
+                  f"{' '.join(results.get('parity_overrides') or []) or 'none'}.", "",
                   "| mode | seed | final eval return | episodes to threshold |", "|---|---|---|---|"]  # fmt: skip
         for key, r in parity.items():
             mode, seed = key.split("/")
@@ -276,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--step-delay", default="auto", help="seconds per env step of the slow workload, or auto")
+    p.add_argument("--parity-overrides", nargs="*", default=[], help="extra verlog train overrides of the parity runs")
+    p.add_argument("--model", type=Path, default=None, help="the start model (default: built in OUT/model)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--md", type=Path, default=None, help="also write the report here (markdown; PNG beside it)")
     args = p.parse_args(argv)
@@ -283,13 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     results_path = args.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
     if not args.report_only:
-        model = build_model(args.out)
+        model = args.model if args.model is not None else build_model(args.out)
         ray_dir = f"/tmp/vl-bench-{os.getpid()}"
         if args.part in ("speed", "all"):
             results["speed"] = speed_part(args, model, ray_dir)
         if args.part in ("parity", "all"):
             results["parity"] = parity_part(args, model, ray_dir)
         results["threshold"] = args.threshold
+        results["parity_overrides"] = list(args.parity_overrides)
         results["when"] = time.strftime("%Y-%m-%d")
         results["threads"] = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         results_path.write_text(json.dumps(results, indent=1))
