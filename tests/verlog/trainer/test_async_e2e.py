@@ -120,7 +120,7 @@ def test_one_step_off_trains_rows_exactly_one_version_old(runs):
         assert metrics[step]["async/lag_mean"] == metrics[step]["async/lag_max"] == 1, metrics[step]
         assert metrics[step]["async/rows_over_lag"] == 0
         assert 0.0 <= metrics[step]["async/overlap_ratio"] <= 1.0
-        assert any(k.startswith("rollout_corr/") for k in metrics[step]), "verl's rollout correction did not run"
+        assert "rollout_corr/rollout_is_mean" in metrics[step], "verl's rollout correction did not run"
     # the evaluations waited for the rollout running ahead and played the newest weights, named by version
     assert metrics[2]["eval/policy_version"] == 2 and metrics[4]["eval/policy_version"] == 4
 
@@ -156,7 +156,7 @@ def test_in_flight_updates_reach_the_server_during_a_collect_within_max_lag(runs
     assert metrics[5]["async/in_flight_updates"] >= 1  # an update arrived while a collect was generating
     for step in (3, 4, 5):
         assert metrics[step]["async/lag_max"] <= 1 and metrics[step]["async/rows_over_lag"] == 0
-        assert any(k.startswith("rollout_corr/") for k in metrics[step])
+        assert "rollout_corr/rollout_is_mean" in metrics[step]
     log = (runs / "in_flight.log").read_text()
     assert "Traceback" not in log
 
@@ -168,4 +168,5 @@ def test_pipeline_overlaps_env_steps_with_generation(runs):
     for m in metrics.values():
         assert m["rollout/turns"] == SLOTS * TURNS
         assert "timing_s/rollout_overlap" in m and m["rollout/pipelined"] in (0.0, 1.0)
-        assert not any(k.startswith(("async/", "rollout_corr/")) for k in m)  # zero staleness: nothing to correct
+        # zero staleness: nothing to correct (verl logs its rollout-vs-training diagnostics, rollout_corr/kl..., always)
+        assert not any(k.startswith(("async/", "rollout_corr/rollout_is")) for k in m)
