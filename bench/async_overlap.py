@@ -230,7 +230,7 @@ def render(results: dict[str, Any]) -> str:
                 f"{r['generate_s']:.2f} | {r['env_s']:.2f} | {r['async/overlap_ratio']:.2f} | "
                 f"{r['async/lag_mean']:.1f} |"
             )
-        lines.append("")
+        lines += ["", "Learning against wall time on the `slow` workload (PipelineRL's plot): ![](wall_time.png)", ""]
     parity = results.get("parity")
     if parity:
         lines += ["## Learning parity", "",
