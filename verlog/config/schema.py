@@ -22,6 +22,7 @@ from verlog.sampling import SamplingConfig
 from verlog.tapes import TapesConfig
 
 __all__ = [
+    "AHEAD_MODES",
     "ASYNC_MODES",
     "LOGGERS",
     "OFF_CHOICES",
@@ -61,6 +62,9 @@ RESUME_MODES: tuple[str, ...] = ("auto", "disable")
 """``checkpoint.resume`` besides a path to ``.../checkpoints/global_step_K``."""
 ASYNC_MODES: tuple[str, ...] = ("off", "pipeline", "one_step_off", "in_flight")
 """``rollout.async_mode`` (:class:`RolloutConfig`)."""
+AHEAD_MODES: tuple[str, ...] = ("one_step_off", "in_flight")
+"""The async modes whose rollout runs ahead of training (rows sampled by an older policy: verl's rollout correction,
+verlog/trainer/async_rollout.py)."""
 ROLLOUT_IS_MODES: tuple[str, ...] = ("token", "sequence", "off")
 """``algorithm.rollout_is`` (:class:`AlgorithmConfig`): verl's rollout-correction levels, or none."""
 OFF_CHOICES: tuple[str, ...] = ("rollout.async_mode", "algorithm.rollout_is")

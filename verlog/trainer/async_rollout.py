@@ -34,11 +34,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-ASYNC_MODES: tuple[str, ...] = ("off", "pipeline", "one_step_off", "in_flight")
-"""``rollout.async_mode``'s values (docs/async.md)."""
-
-AHEAD_MODES: tuple[str, ...] = ("one_step_off", "in_flight")
-"""The modes that collect in a driver thread while verl trains."""
+from verlog.config.schema import AHEAD_MODES
 
 
 class RolloutAhead:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlog.config import TrainConfig
 from verlog.config.checks import TrainConfigError, check_config
+from verlog.config.schema import AHEAD_MODES
 from verlog.estimators import get_estimator
 
 __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check_config", "verl_overrides"]
@@ -96,7 +97,7 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     ]
     if not critic:
         out.append("critic.enable=False")
-    if ro.async_mode in ("one_step_off", "in_flight") and alg.rollout_is != "off":
+    if ro.async_mode in AHEAD_MODES and alg.rollout_is != "off":
         # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
         # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)
         out += [
