@@ -31,6 +31,7 @@ import numpy as np
 
 from verlog.errors import VerlogError
 from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
+from verlog.run_folder import read_jsonl as read_run_log
 
 # stage folders of a run, in the order the recipe runs them
 DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"
@@ -92,24 +93,19 @@ class LearningResultsError(VerlogError, ValueError):
 
 # ------------------------------------------------------------------------------------------------ reading
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (blank lines skipped)."""
+    """The JSON objects of a JSON-lines file (blank lines skipped; a torn last line, left by a killed writer, skipped
+    with a warning: :func:`verlog.run_folder.read_jsonl`)."""
     path = Path(path)
-    out = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if not line.endswith("\n"):  # the last line, torn by a kill (docs/reliability.md): skipped
-                    print(f"[learning] {path}: line {number} is torn (its writer was killed): skipped", file=sys.stderr)
-                    break
-                raise LearningResultsError(f"{path}:{number}: not JSON ({exc}); was the file cut by a crash?") from exc
-            if not isinstance(item, dict):
-                raise LearningResultsError(f"{path}:{number}: expected a JSON object, got {type(item).__name__}")
-            out.append(item)
-    return out
+    if not path.is_file():
+        raise LearningResultsError(f"{path}: no such file; is this the run folder the recipe wrote?")
+    try:
+        records = read_run_log(path, warn=lambda line: print(f"[learning] {line}", file=sys.stderr))
+    except ValueError as exc:
+        raise LearningResultsError(f"{exc}; was the file cut by a crash?") from exc
+    for number, item in enumerate(records, start=1):
+        if not isinstance(item, dict):
+            raise LearningResultsError(f"{path}: record {number} is a {type(item).__name__}, not a JSON object")
+    return records
 
 
 def read_timings(run_dir: str | Path) -> dict[str, float]:

@@ -200,7 +200,7 @@ def test_bad_files_name_the_file(tmp_path, capsys):
         collect(tmp_path / "missing")
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "env/ep\n{"step": 3}\n')
-    with pytest.raises(LearningResultsError, match=r"metrics.jsonl:2: not JSON"):
+    with pytest.raises(LearningResultsError, match=r"metrics.jsonl:2: not valid JSON"):
         read_curve(path)
     # a torn LAST line (a run killed while writing it, docs/reliability.md) is skipped with a warning
     path.write_text('{"step": 1}\n{"step": 2, "env/ep')
