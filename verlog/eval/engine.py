@@ -81,6 +81,35 @@ class LoadedModel:
         return {"path": str(self.model_path), "engine": self.engine, "dtype": self.dtype, "device": self.device}
 
 
+CPU_KV_CACHE_GIB = 1
+"""KV cache of an evaluation's vLLM engine on CPU, in GiB, unless ``VLLM_CPU_KVCACHE_SPACE`` sets it (about a million
+tokens of the tiny test models; vLLM queues what does not fit)."""
+
+
+def vllm_engine_kwargs(
+    folder: Path, dtype: str, max_model_len: int, seed: int, on_gpu: bool, gpu_memory_utilization: float
+) -> dict[str, Any]:
+    """The arguments of the evaluation's ``vllm.LLM``.
+
+    On CPU the KV cache is sized explicitly (:data:`CPU_KV_CACHE_GIB`): left to vLLM, it reserves
+    ``gpu_memory_utilization`` (0.92) of the machine's memory, and refuses to start while anything else, a training
+    run for example, holds more than the remaining 8%.
+    """
+    kwargs: dict[str, Any] = {
+        "model": str(folder),
+        "tokenizer": str(folder),
+        "dtype": dtype,
+        "max_model_len": int(max_model_len),
+        "seed": int(seed),
+    }
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    else:
+        kwargs["enforce_eager"] = True  # CUDA graphs do not exist on CPU
+        kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_GIB * 2**30  # VLLM_CPU_KVCACHE_SPACE, when set, wins
+    return kwargs
+
+
 def load_model(
     path: str | Path,
     *,
@@ -122,16 +151,6 @@ def load_model(
     else:
         from vllm import LLM
 
-        kwargs: dict[str, Any] = {
-            "model": str(folder),
-            "tokenizer": str(folder),
-            "dtype": chosen,
-            "max_model_len": int(max_model_len),
-            "seed": int(seed),
-        }
-        if on_gpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        else:
-            kwargs["enforce_eager"] = True  # CUDA graphs do not exist on CPU
+        kwargs = vllm_engine_kwargs(folder, chosen, max_model_len, seed, on_gpu, gpu_memory_utilization)
         generator = VllmEngineGenerator(LLM(**kwargs))
     return LoadedModel(generator, tokenizer, folder, engine, chosen, device)
