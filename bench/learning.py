@@ -193,6 +193,8 @@ class Curve:
     eval_steps: list[int] = field(default_factory=list)  # the in-training evaluations (eval/*), where logged
     eval_success: list[float] = field(default_factory=list)
     eval_success_se: list[float] = field(default_factory=list)
+    eval_return: list[float] = field(default_factory=list)
+    eval_return_se: list[float] = field(default_factory=list)
 
 
 def read_training_seeds(rollout_path: str | Path) -> set[int]:
@@ -263,6 +265,8 @@ def read_curve(metrics_path: str | Path) -> Curve:
             curve.eval_steps.append(step)
             curve.eval_success.append(float(item["eval/success"]))
             curve.eval_success_se.append(float(item.get("eval/success_se", 0.0)))
+            curve.eval_return.append(float(item.get("eval/return", math.nan)))
+            curve.eval_return_se.append(float(item.get("eval/return_se", 0.0)))
     return curve
 
 
@@ -653,14 +657,18 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     lines += ["## Verdict", ""]
     met = results.target_met()
     dual = results.start_comparison()
+    # a task measured by its return (Crafter) has no success: its columns would read 0.0% everywhere
+    by_return = results.target.measure == "return"
+    cols = ["episodes", *([] if by_return else ["success rate"]), "mean return", "valid actions", "mean steps"]
     start = results.start_label
     if met is None or dual is None:
         lines.append(f"Not measured yet: the {start} and dual-GAE PPO evaluations are not both in the run folder.")
     else:
         checks = results.target_checks() or {}
         verdict = "Target met" if met else "**Target not met**"
+        success = "" if by_return else f"success by {_pts(dual.success)} and "
         lines.append(
-            f"{verdict}: PPO (dual GAE) changes success by {_pts(dual.success)} and mean return by "
+            f"{verdict}: PPO (dual GAE) changes {success}mean return by "
             f"{_diff(dual.ret)} over the {start} model, with "
             f"{100 * results.evals['PPO, dual GAE'].valid_action_rate:.1f}% valid actions after PPO and "
             f"{_minutes(results.timings.get(PPO_DUAL))} of PPO wall time (start-up included)."
@@ -669,31 +677,38 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
         lines += ["", "| part of the target | met |", "|---|---|"]
         lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks.items()]
     lines += ["", "## Models (evaluation episodes, 95% percentile-bootstrap intervals)", ""]
-    lines += [
-        "| model | episodes | success rate | mean return | valid actions | mean steps |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines += ["| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    blanks = " |" * (len(cols) - 1)
     for name in [results.start_label, *(k for k in MODELS if k != "SFT")]:
         e = results.evals.get(name)
         if e is None and name == "PPO, single GAE" and s.get("SINGLE_GAE") == "0":
-            lines.append(f"| {name} | not run (`SINGLE_GAE=0`) | | | | |")
+            lines.append(f"| {name} | not run (`SINGLE_GAE=0`) |{blanks}")
         elif e is None:
-            lines.append(f"| {name} | not evaluated yet | | | | |")
+            lines.append(f"| {name} | not evaluated yet |{blanks}")
         else:
+            success = "" if by_return else f" {_pct(e.success)} |"
             lines.append(
-                f"| {name} | {len(e.records)} | {_pct(e.success)} | {_num(e.ret)} | "
+                f"| {name} | {len(e.records)} |{success} {_num(e.ret)} | "
                 f"{100 * e.valid_action_rate:.1f}% | {e.mean_steps:.1f} |"
             )
     lines += ["", "## Differences", ""]
     if results.comparisons:
-        lines += ["| comparison | success rate | mean return | paired by seed |", "|---|---|---|---|"]
+        if by_return:
+            lines += ["| comparison | mean return | paired by seed |", "|---|---|---|"]
+        else:
+            lines += ["| comparison | success rate | mean return | paired by seed |", "|---|---|---|---|"]
         for c in results.comparisons:
+            success = "" if by_return else f" {_pts(c.success)} |"
             lines.append(
-                f"| {c.treatment} − {c.baseline} | {_pts(c.success)} | {_diff(c.ret)} | "
+                f"| {c.treatment} − {c.baseline} |{success} {_diff(c.ret)} | "
                 f"{'yes' if c.paired else 'no (different episodes)'} |"
             )
         if any(c.baseline == "PPO, single GAE" for c in results.comparisons):
-            lines += ["", "The last row is the dual- vs single-discount comparison (same SFT start, budget and seeds)."]
+            lines += [
+                "",
+                "PPO, dual GAE − PPO, single GAE is the dual- against single-discount comparison (the same start "
+                "model, budget and seeds).",
+            ]
     else:
         lines.append("No two models evaluated yet.")
     lines += render_crafter(results)
@@ -703,18 +718,24 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     for name, curve in results.curves.items():
         if curve.steps:
             k = max(1, len(curve.steps) // 4)
-            first = sum(curve.success[:k]) / k
-            last = sum(curve.success[-k:]) / k
+            series, show = (curve.ret, "{:.2f}".format) if by_return else (curve.success, "{:.1%}".format)
+            first, last = sum(series[:k]) / k, sum(series[-k:]) / k
             step_s = sum(curve.step_seconds) / len(curve.step_seconds) if curve.step_seconds else math.nan
             lines.append(
                 f"- PPO, {name}: {curve.iterations} iterations, {int(sum(curve.episodes))} rollout "
-                f"episodes ended; rollout success {100 * first:.1f}% in the first {k} iterations with "
-                f"episodes, {100 * last:.1f}% in the last {k}; {step_s:.1f} s per iteration "
+                f"episodes ended; rollout {'return' if by_return else 'success'} {show(first)} in the first {k} "
+                f"iterations with episodes, {show(last)} in the last {k}; {step_s:.1f} s per iteration "
                 "(verl's timing_s/step)"
             )
         else:
             lines.append(f"- PPO, {name}: {curve.iterations} iterations, no episode ended yet")
-        if curve.eval_steps:
+        if curve.eval_steps and by_return:
+            points = ", ".join(
+                f"{v:.2f} ± {se:.2f} at {st}"
+                for st, v, se in zip(curve.eval_steps, curve.eval_return, curve.eval_return_se)
+            )
+            lines.append(f"  - in-training evaluation (held-out seeds), mean return ± s.e. at iteration: {points}")
+        elif curve.eval_steps:
             points = ", ".join(
                 f"{100 * v:.0f}% ± {100 * se:.0f} at {st}"
                 for st, v, se in zip(curve.eval_steps, curve.eval_success, curve.eval_success_se)
