@@ -672,7 +672,7 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
             f"{_diff(dual.ret)} over the {start} model, with "
             f"{100 * results.evals['PPO, dual GAE'].valid_action_rate:.1f}% valid actions after PPO and "
             f"{_minutes(results.timings.get(PPO_DUAL))} of PPO wall time (start-up included)."
-            + ("" if met else ' See "What to try" below.')
+            + ("" if met else _not_met_hint(results))
         )
         lines += ["", "| part of the target | met |", "|---|---|"]
         lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks.items()]
@@ -681,8 +681,9 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     blanks = " |" * (len(cols) - 1)
     for name in [results.start_label, *(k for k in MODELS if k != "SFT")]:
         e = results.evals.get(name)
-        if e is None and name == "PPO, single GAE" and s.get("SINGLE_GAE") == "0":
-            lines.append(f"| {name} | not run (`SINGLE_GAE=0`) |{blanks}")
+        switch = {"PPO, single GAE": "SINGLE_GAE", "PPO, boundary cut": "BOUNDARY_CUT"}.get(name)
+        if e is None and switch and s.get(switch) == "0":
+            lines.append(f"| {name} | not run (`{switch}=0`) |{blanks}")
         elif e is None:
             lines.append(f"| {name} | not evaluated yet |{blanks}")
         else:
@@ -805,6 +806,13 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
         source = f"(From `{NOTES_FILE}` in the run folder.)"
         lines += ["## Notes on this run", "", source, "", results.notes.strip(), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _not_met_hint(results: LearningResults) -> str:
+    """Where a report whose target is not met points its reader: the section that exists in it."""
+    if results.env_id.startswith("babyai/"):
+        return ' See "What to try if the target is not met" below.'
+    return " See the notes on this run below." if results.notes else ""
 
 
 METHOD_NOTES = """## How the settings were chosen

@@ -161,6 +161,12 @@ def test_target_not_met_is_said(tmp_path):
     md = render_markdown(collect(run, n_resamples=B))
     assert "**Target not met**" in md and "+0.0 points" in md
     assert "| PPO, single GAE | not evaluated yet |" in md
+    # a comparison the recipe was told to skip says so, rather than "not evaluated yet"
+    (run / "settings.env").write_text("BOUNDARY_CUT=0\nSINGLE_GAE=0\n")
+    md = render_markdown(collect(run, n_resamples=B))
+    assert "| PPO, boundary cut | not run (`BOUNDARY_CUT=0`) |" in md
+    assert "| PPO, single GAE | not run (`SINGLE_GAE=0`) |" in md
+    assert 'See "What to try if the target is not met" below.' in md and "## What to try if the target" in md
 
 
 def test_write_results_writes_png_and_json(run_dir, tmp_path):
