@@ -196,6 +196,10 @@ def test_env_arg_values_must_fit_the_envs_annotations(capsys) -> None:
     assert "this is the env's own error, not a setting" in err and "check --env-arg" not in err
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_play_exits_without_a_traceback() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "verlog", "play", "babyai/goto", "--seed", "0"],
@@ -203,6 +207,9 @@ def test_ctrl_c_in_play_exits_without_a_traceback() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a test run started in the background (`nohup make test &`) ignores SIGINT, and a child inherits that:
+        # Python then installs no KeyboardInterrupt handler and Ctrl-C would never arrive
+        preexec_fn=_default_sigint,
     )
     try:
         seen = ""
