@@ -559,7 +559,8 @@ def render_crafter(results: LearningResults) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ the plot
 def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -> Path | None:
-    """Success rate and mean return of the rollout episodes against PPO iteration (both PPO runs) as a PNG.
+    """Success rate and mean return of the rollout episodes against PPO iteration (every PPO run) as a PNG; the
+    mean return alone for a task measured by its return.
 
     Points: each iteration's episodes; lines: a moving average over ``window`` iterations weighted by episodes;
     dashed: the SFT model's evaluation. Returns None (and writes nothing) when no PPO run has metrics yet.
@@ -572,19 +573,22 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    # a task measured by its return (Crafter) has no success to draw; its in-training evaluations go on the return
+    by_return = results.target.measure == "return"
+    panels = [("ret", "mean return")] if by_return else [("success", "success rate"), ("ret", "mean return")]
+    fig, grid = plt.subplots(1, len(panels), figsize=(11, 4) if len(panels) == 2 else (8, 5), squeeze=False)
     colors = {"dual GAE": "tab:blue", "single GAE": "tab:orange", "boundary cut": "tab:green"}
-    for ax, attr, label in ((axes[0], "success", "success rate"), (axes[1], "ret", "mean return")):
+    for ax, (attr, label) in zip(grid[0], panels):
         for name, curve in curves.items():
             values = getattr(curve, attr)
             color = colors.get(name)
             ax.scatter(curve.steps, values, s=10, alpha=0.35, color=color)
             ax.plot(curve.steps, smooth(values, curve.episodes, window), color=color, label=f"PPO, {name}")
-            if attr == "success" and curve.eval_steps:
+            if attr == panels[0][0] and curve.eval_steps:
                 ax.errorbar(
                     curve.eval_steps,
-                    curve.eval_success,
-                    yerr=curve.eval_success_se,
+                    curve.eval_return if by_return else curve.eval_success,
+                    yerr=curve.eval_return_se if by_return else curve.eval_success_se,
                     fmt="s--",
                     color=color,
                     capsize=3,
@@ -606,7 +610,10 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
         ax.set_ylabel(f"{label} of episodes ended in the iteration")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{results.title} learning curves (moving average over {window} iterations, weighted by episodes)")
+    fig.suptitle(
+        f"{results.title} learning curves{' ' if len(panels) == 2 else chr(10)}(moving average over {window} "
+        "iterations, weighted by episodes)"
+    )
     fig.tight_layout()
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)

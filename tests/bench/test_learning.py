@@ -439,6 +439,15 @@ def test_crafter_measures_by_hand(tmp_path):
     assert "| model | episodes | mean return | valid actions | mean steps |" in md
     assert "| comparison | mean return | paired by seed |" in md and "success rate" not in md
     assert "changes mean return by +1.000" in md and "changes success" not in md
+    # its curve: the return alone, with the in-training evaluations' mean returns
+    _write_metrics(run / PPO_DUAL / "metrics.jsonl", [0.0, 0.0, 0.0], [2, 1, 3])
+    with (run / PPO_DUAL / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 4, "eval/success": 0.0, "eval/return": 2.5, "eval/return_se": 0.3}) + "\n")
+    res = collect(run, n_resamples=B)
+    assert res.curves["dual GAE"].eval_return == [2.5]
+    assert "mean return ± s.e. at iteration: 2.50 ± 0.30 at 4" in render_markdown(res)
+    png = learning.plot_curves(res, tmp_path / "curve.png")
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_crafter_recipe_warm_starts_and_spans_ten_iterations(tmp_path):
