@@ -26,3 +26,7 @@ class RunFault(VerlogError, RuntimeError):
 
 class GeneratorDownError(RunFault):
     """The inference server or engine behind a generator is gone (its process died): no retry can succeed."""
+
+
+class EngineStartError(RunFault):
+    """The inference engine did not start; its own log, printed above this line, names the cause."""

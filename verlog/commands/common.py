@@ -23,6 +23,9 @@ from verlog.output_folder import creation_problem
 
 EXIT_USAGE = 2
 """Exit code of every refused input (argparse's too)."""
+EXIT_FAULT = 1
+"""Exit code of a fault during the work (an inference server died or did not start, a checkpoint could not be
+written): not a bad input (docs/reliability.md)."""
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT, the shell's convention)."""
 MAX_SEED = 2**32 - 1

@@ -18,9 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-EXIT_USAGE = 2
-EXIT_FAULT = 1
-"""A fault during the run (an inference server died, a checkpoint could not be written): not a bad input."""
+from verlog.commands.common import EXIT_FAULT, EXIT_USAGE
 
 
 def resume_hint(cfg: object) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verlog.errors import VerlogError
+from verlog.errors import EngineStartError, VerlogError
 from verlog.model_folder import ModelFolderError, has_weights, load_chat_tokenizer
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 
@@ -152,5 +152,14 @@ def load_model(
         from vllm import LLM
 
         kwargs = vllm_engine_kwargs(folder, chosen, max_model_len, seed, on_gpu, gpu_memory_utilization)
-        generator = VllmEngineGenerator(LLM(**kwargs))
+        try:
+            llm = LLM(**kwargs)
+        except Exception as exc:  # vLLM's engine process logs the cause; its exception says only that it failed
+            first = (str(exc).splitlines() or [""])[0]
+            raise EngineStartError(
+                f"vLLM did not start on {folder} ({type(exc).__name__}: {first}); its log above names the cause (on"
+                " CPU, often memory: VLLM_CPU_KVCACHE_SPACE sets the KV cache in GiB); --engine transformers needs no"
+                " vLLM"
+            ) from None
+        generator = VllmEngineGenerator(llm)
     return LoadedModel(generator, tokenizer, folder, engine, chosen, device)

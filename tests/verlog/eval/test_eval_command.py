@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -158,6 +159,29 @@ def test_eval_vllm_writes_summary(tiny_model: Path, tmp_path: Path) -> None:
     assert summary["model"]["path"].endswith("global_step_1/actor/huggingface")
     turns = read_turn_logs(out / "turns.jsonl")
     assert all(t.logprobs is not None and t.logprobs.n == t.response_tokens for t in turns)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_eval_says_in_one_line_that_vllm_did_not_start(tiny_model: Path, tmp_path: Path) -> None:
+    """A KV cache larger than the machine's memory: vLLM refuses to start, and verlog says so in one line, exit 1."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "100000"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlog", *_args(tiny_model, tmp_path / "eval", "vllm")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("verlog eval: error:")]
+    assert len(ours) == 1 and "vLLM did not start on " in ours[0] and "VLLM_CPU_KVCACHE_SPACE" in ours[0], ours
+    # vLLM's engine process logs its own traceback (the cause); verlog's process ends in the line above, not in a
+    # traceback of its own, whose last line would be vLLM's RuntimeError
+    assert not any(
+        line.startswith("RuntimeError: Engine core initialization failed") for line in proc.stderr.splitlines()
+    )
+    assert not (tmp_path / "eval" / "summary.json").exists()
 
 
 # ------------------------------------------------------------------------------------------------ bad inputs (issue 15)
