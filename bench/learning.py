@@ -365,6 +365,11 @@ class LearningResults:
         """Issue 13's target for this run's task."""
         return TARGETS.get(self.env_id, HARDER_TARGET)
 
+    @property
+    def by_return(self) -> bool:
+        """The task is measured by its mean return and has no success (Crafter): reports leave success out."""
+        return self.target.measure == "return"
+
     def target_met(self) -> bool | None:
         """Issue 13's target (every part of :meth:`target_checks`); None if not measured."""
         checks = self.target_checks()
@@ -573,9 +578,8 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # a task measured by its return (Crafter) has no success to draw; its in-training evaluations go on the return
-    by_return = results.target.measure == "return"
-    panels = [("ret", "mean return")] if by_return else [("success", "success rate"), ("ret", "mean return")]
+    # the in-training evaluations go on the first panel: the measure of the task's target
+    panels = [("ret", "mean return")] if results.by_return else [("success", "success rate"), ("ret", "mean return")]
     fig, grid = plt.subplots(1, len(panels), figsize=(11, 4) if len(panels) == 2 else (8, 5), squeeze=False)
     colors = {"dual GAE": "tab:blue", "single GAE": "tab:orange", "boundary cut": "tab:green"}
     for ax, (attr, label) in zip(grid[0], panels):
@@ -587,8 +591,8 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
             if attr == panels[0][0] and curve.eval_steps:
                 ax.errorbar(
                     curve.eval_steps,
-                    curve.eval_return if by_return else curve.eval_success,
-                    yerr=curve.eval_return_se if by_return else curve.eval_success_se,
+                    curve.eval_return if results.by_return else curve.eval_success,
+                    yerr=curve.eval_return_se if results.by_return else curve.eval_success_se,
                     fmt="s--",
                     color=color,
                     capsize=3,
@@ -610,9 +614,9 @@ def plot_curves(results: LearningResults, png: str | Path, *, window: int = 5) -
         ax.set_ylabel(f"{label} of episodes ended in the iteration")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    wrap = " " if len(panels) == 2 else "\n"  # one panel is too narrow for the title on one line
     fig.suptitle(
-        f"{results.title} learning curves{' ' if len(panels) == 2 else chr(10)}(moving average over {window} "
-        "iterations, weighted by episodes)"
+        f"{results.title} learning curves{wrap}(moving average over {window} iterations, weighted by episodes)"
     )
     fig.tight_layout()
     png = Path(png)
@@ -665,8 +669,9 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
     met = results.target_met()
     dual = results.start_comparison()
     # a task measured by its return (Crafter) has no success: its columns would read 0.0% everywhere
-    by_return = results.target.measure == "return"
-    cols = ["episodes", *([] if by_return else ["success rate"]), "mean return", "valid actions", "mean steps"]
+    by_return = results.by_return
+    success_col = [] if by_return else ["success rate"]
+    cols = ["episodes", *success_col, "mean return", "valid actions", "mean steps"]
     start = results.start_label
     if met is None or dual is None:
         lines.append(f"Not measured yet: the {start} and dual-GAE PPO evaluations are not both in the run folder.")
@@ -701,10 +706,8 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
             )
     lines += ["", "## Differences", ""]
     if results.comparisons:
-        if by_return:
-            lines += ["| comparison | mean return | paired by seed |", "|---|---|---|"]
-        else:
-            lines += ["| comparison | success rate | mean return | paired by seed |", "|---|---|---|---|"]
+        diff_cols = [*success_col, "mean return", "paired by seed"]
+        lines += ["| comparison | " + " | ".join(diff_cols) + " |", "|---" * (len(diff_cols) + 1) + "|"]
         for c in results.comparisons:
             success = "" if by_return else f" {_pts(c.success)} |"
             lines.append(
