@@ -84,12 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from verlog.commands.common import EXIT_INTERRUPTED, UsageError, report
+    from verlog.commands.common import EXIT_FAULT, EXIT_INTERRUPTED, UsageError, report
+    from verlog.errors import RunFault
 
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except UsageError as exc:  # a bad input, found before anything heavy started: the message names the fix
         return report(args.command, exc)
+    except RunFault as exc:  # not a bad input (an engine did not start, a server died): one line, exit 1
+        print(f"verlog {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAULT
     except KeyboardInterrupt:
         print(f"\nverlog {args.command}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED

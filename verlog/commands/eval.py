@@ -8,12 +8,10 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from verlog.commands.common import (
-    EXIT_FAULT,
     UsageError,
     accept_negative_lists,
     add_answer_format_argument,
@@ -89,7 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.errors import EngineStartError
     from verlog.eval import EvalProtocol, evaluate, expand_tasks, format_table, load_model
     from verlog.eval.engine import EvalModelError
     from verlog.eval.protocol import EvalProtocolError
@@ -155,9 +152,6 @@ def run(args: argparse.Namespace) -> int:
         )
     except EvalModelError as exc:
         raise UsageError(str(exc)) from None
-    except EngineStartError as exc:  # not a bad input: one line, exit 1 (docs/reliability.md)
-        print(f"verlog eval: error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_FAULT
     finished = [0]
 
     def progress(rec) -> None:
