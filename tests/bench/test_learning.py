@@ -391,6 +391,15 @@ def test_babaisai_recipe_runs_episodes_across_iterations_and_the_ablations(tmp_p
     assert not (tmp_path / "run").exists()
 
 
+def test_kl_coef_zero_turns_the_kl_penalty_and_its_reference_model_off(tmp_path):
+    default = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
+    assert (_opt(default, "algorithm.kl_in_reward"), _opt(default, "algorithm.kl_coef")) == ("true", "0.001")
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), KL_COEF="0")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("ppo_dual", "ppo_cut", "ppo_single"):
+        assert _opt(_stages(proc.stdout)[name], "algorithm.kl_in_reward") == "false"
+
+
 def test_babaisai_recipe_refuses_turns_not_below_the_step_limit(tmp_path):
     bad = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), PPO_TURNS="20", MAX_STEPS="20")
     assert bad.returncode == 2 and "PPO_TURNS=20 is not below the step limit" in bad.stderr
