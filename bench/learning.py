@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,9 @@ PPO_DUAL, EVAL_DUAL = "ppo_dual", "eval_ppo_dual"
 PPO_SINGLE, EVAL_SINGLE = "ppo_single", "eval_ppo_single"
 PPO_CUT, EVAL_CUT = "ppo_cut", "eval_ppo_cut"  # the iteration-boundary ablation (algorithm.boundary=cut)
 WARM, EVAL_WARM = "warm_start", "eval_warm_start"  # START=warm_start: the format-only warm start instead of SFT
-STAGES = (DEMOS, SFT, EVAL_SFT, WARM, EVAL_WARM, PPO_DUAL, EVAL_DUAL, PPO_CUT, EVAL_CUT, PPO_SINGLE, EVAL_SINGLE)
+# SFT_SCAN: scan/step_<N>/ (each SFT length's validation evaluation), scan/choice.json, scan/model/ (the chosen one)
+SCAN, SCAN_CHOICE = "scan", "choice.json"
+STAGES = (DEMOS, SFT, SCAN, EVAL_SFT, WARM, EVAL_WARM, PPO_DUAL, EVAL_DUAL, PPO_CUT, EVAL_CUT, PPO_SINGLE, EVAL_SINGLE)
 # model label -> evaluation folder
 MODELS = {"SFT": EVAL_SFT, "PPO, dual GAE": EVAL_DUAL, "PPO, boundary cut": EVAL_CUT, "PPO, single GAE": EVAL_SINGLE}
 PPO_RUNS = {"dual GAE": PPO_DUAL, "boundary cut": PPO_CUT, "single GAE": PPO_SINGLE}
@@ -310,6 +313,8 @@ class LearningResults:
     start_label: str = "SFT"  # the start model's label in evals and comparisons (START_MODELS)
     crafter: dict[str, CrafterMeasures] = field(default_factory=dict)  # model -> Crafter's measures (Crafter runs)
     crafter_diffs: dict[str, Interval] = field(default_factory=dict)  # model -> its Crafter score - the start's
+    scan: list[ScanPoint] = field(default_factory=list)  # SFT_SCAN: each SFT length's validation success
+    scan_choice: int | None = None  # the SFT length the scan chose (scan/choice.json)
 
     def start_comparison(self) -> Comparison | None:
         """PPO with dual GAE minus the start model, where both are evaluated."""
@@ -448,6 +453,8 @@ def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) ->
         start_label=start_label,
         **_crafter_results(evals, start_label, n_resamples=n_resamples, seed=seed),
         notes=(run / NOTES_FILE).read_text(encoding="utf-8") if (run / NOTES_FILE).is_file() else "",
+        scan=read_scan(run, n_resamples=n_resamples, seed=seed),
+        scan_choice=read_scan_choice(run),
     )
 
 
@@ -704,6 +711,7 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
                 f"| {name} | {len(e.records)} |{success} {_num(e.ret)} | "
                 f"{100 * e.valid_action_rate:.1f}% | {e.mean_steps:.1f} |"
             )
+    lines += render_scan(results)
     lines += ["", "## Differences", ""]
     if results.comparisons:
         diff_cols = [*success_col, "mean return", "paired by seed"]
@@ -772,7 +780,13 @@ def render_markdown(results: LearningResults, png_name: str | None = None) -> st
             )
     lines += ["", "## Wall time of each stage", "", "| stage | wall time |", "|---|---|"]
     for stage in STAGES:
-        lines.append(f"| {stage} | {_minutes(results.timings.get(stage))} |")
+        seconds = results.timings.get(stage)
+        if stage == SCAN:  # one row for the scan's stages (scan_<N>, scan_pick); none without a scan
+            parts = [v for k, v in results.timings.items() if k.startswith(f"{SCAN}_")]
+            if not parts:
+                continue
+            seconds = sum(parts)
+        lines.append(f"| {stage} | {_minutes(seconds)} |")
     lines += ["", "## Seeds", ""]
     evals = list(results.evals.values())
     if evals:
@@ -920,6 +934,8 @@ def as_dict(results: LearningResults) -> dict[str, Any]:
         "spans": {name: {**vars(sp), "share": sp.share} for name, sp in results.spans.items()},
         "crafter": _crafter_dict(results),
         "target_met": results.target_met(),
+        "scan": [{"steps": p.steps, "episodes": p.episodes, "success": p.success.as_dict()} for p in results.scan],
+        "scan_choice": results.scan_choice,
         "seed_overlaps": results.seed_overlaps,
     }
 
@@ -937,12 +953,112 @@ def check_start(run_dir: str | Path, eval_name: str, bound: float) -> int:
         print(
             f"[learning] the start model wins {100 * rate:.1f}% of {len(result.records)} evaluation episodes, above "
             f"the start bound of {100 * bound:.0f}%: PPO would have too little room; rerun with a new OUTPUT_DIR and "
-            "fewer SFT_STEPS (or WARM_START_STEPS)",
+            "fewer SFT_STEPS (or WARM_START_STEPS), or let SFT_SCAN choose the SFT length",
             file=sys.stderr,
         )
         return 2
     print(f"[learning] start model: {100 * rate:.1f}% success, within the start bound of {100 * bound:.0f}%")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ SFT-length scan
+@dataclass(frozen=True)
+class ScanPoint:
+    """One SFT length of the scan: its checkpoint's success on the validation seeds (95% bootstrap interval)."""
+
+    steps: int
+    success: Interval
+    episodes: int
+
+
+def read_scan(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) -> list[ScanPoint]:
+    """The scan's evaluations (``scan/step_<N>/``), shortest SFT first; empty when the run has no scan."""
+    folder = Path(run_dir) / SCAN
+    points = []
+    for sub in folder.glob("step_*") if folder.is_dir() else ():
+        steps = sub.name.removeprefix("step_")
+        result = load_eval(sub, sub.name, n_resamples=n_resamples, seed=seed) if steps.isdigit() else None
+        if result is not None:
+            points.append(ScanPoint(int(steps), result.success, len(result.records)))
+    return sorted(points, key=lambda p: p.steps)
+
+
+def read_scan_choice(run_dir: str | Path) -> int | None:
+    """The SFT length the scan chose (``scan/choice.json``), or None."""
+    path = Path(run_dir) / SCAN / SCAN_CHOICE
+    if not path.is_file():
+        return None
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["steps"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LearningResultsError(f"{path} is not a scan choice ({exc}): delete it and rerun the recipe") from exc
+
+
+def scan_choice(points: Sequence[ScanPoint], bound: float) -> ScanPoint | None:
+    """The longest SFT whose validation success is below ``bound`` with 95% confidence (its interval's upper end at
+    most ``bound``), so that the start model is also likely within the bound on the evaluation seeds; None if none."""
+    below = [p for p in points if p.success.high <= bound]
+    return below[-1] if below else None
+
+
+def pick_start(run_dir: str | Path, bound: float) -> int:
+    """Exit status of the scan's choice: 0 with the chosen checkpoint's model copied to ``scan/model`` and the choice
+    in ``scan/choice.json``; 2 (one line naming the fix) when every scanned length is above the bound; 1 when the
+    scan has no evaluation or its checkpoint is missing."""
+    run = Path(run_dir)
+    points = read_scan(run)  # the report's intervals (the same resamples and seed), so its table shows the choice
+    if not points:
+        print(f"error: no SFT-length scan evaluation in {run / SCAN} to choose from", file=sys.stderr)
+        return 1
+    chosen = scan_choice(points, bound)
+    if chosen is None:
+        first = points[0]
+        print(
+            f"[learning] every scanned SFT length is above the start bound of {100 * bound:.0f}% with 95% confidence "
+            f"on the validation seeds (the shortest, {first.steps} steps, wins {_pct(first.success)}): rerun with a "
+            "new OUTPUT_DIR and shorter lengths in SFT_SCAN",
+            file=sys.stderr,
+        )
+        return 2
+    source = run / SFT / "checkpoints" / f"global_step_{chosen.steps}" / "huggingface"
+    if not (source / "config.json").is_file():
+        print(f"error: the scan chose {chosen.steps} SFT steps, but {source} holds no model", file=sys.stderr)
+        return 1
+    target, partial = run / SCAN / "model", run / SCAN / "model.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    choice = {"steps": chosen.steps, "success": chosen.success.as_dict(), "episodes": chosen.episodes,
+              "start_bound": bound, "model": str(source)}  # fmt: skip
+    (run / SCAN / SCAN_CHOICE).write_text(json.dumps(choice, indent=2) + "\n", encoding="utf-8")
+    print(
+        f"[learning] SFT-length scan: {chosen.steps} steps ({_pct(chosen.success)} on the validation seeds) is the "
+        f"longest below the start bound of {100 * bound:.0f}% with 95% confidence; start model {target}"
+    )
+    return 0
+
+
+def render_scan(results: LearningResults) -> list[str]:
+    """The report's section on the SFT-length scan (nothing when the run has none)."""
+    if not results.scan:
+        return []
+    s = results.settings
+    seeds = f"seeds {s['SCAN_SEED_START']} onwards, " if "SCAN_SEED_START" in s else ""
+    lines = [
+        "",
+        "## SFT-length scan (validation seeds)",
+        "",
+        f"Each SFT checkpoint evaluated on the validation episodes ({seeds}neither training nor evaluation seeds); the "
+        "start model is the longest SFT whose success is below the start bound with 95% confidence.",
+        "",
+        "| SFT steps | episodes | success rate | start model |",
+        "|---|---|---|---|",
+    ]
+    for p in results.scan:
+        chosen = "**chosen**" if p.steps == results.scan_choice else ""
+        lines.append(f"| {p.steps} | {p.episodes} | {_pct(p.success)} | {chosen} |")
+    return lines
 
 
 def _crafter_dict(results: LearningResults) -> dict[str, Any]:
@@ -965,10 +1081,20 @@ def main(argv: list[str] | None = None) -> int:
         help="only check that the start model's evaluation (the run folder's "
         "eval_EVAL) has a success rate of at most --start-bound; exit 2 with one line when it is above",
     )
-    parser.add_argument("--start-bound", type=float, default=0.5, help="the bound of --check-start (default 0.5)")
+    parser.add_argument(
+        "--pick-start",
+        action="store_true",
+        help="only choose the start model from the SFT-length scan (the run folder's scan/step_N evaluations): the "
+        "longest SFT below --start-bound with 95%% confidence, copied to scan/model; exit 2 with one line when none is",
+    )
+    parser.add_argument(
+        "--start-bound", type=float, default=0.5, help="the bound of --check-start and --pick-start (default 0.5)"
+    )
     args = parser.parse_args(argv)
     if args.check_start:
         return check_start(args.run_dir, args.check_start, args.start_bound)
+    if args.pick_start:
+        return pick_start(args.run_dir, args.start_bound)
     try:
         md, png = write_results(args.run_dir, args.out, n_resamples=args.bootstrap_resamples, seed=args.bootstrap_seed)
     except (VerlogError, ValueError) as exc:

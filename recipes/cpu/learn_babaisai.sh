@@ -28,6 +28,9 @@
 #   DEMO_EPISODES       solver episodes for SFT [3000: 9,855 rows]
 #   SFT_STEPS           [200, a 40-step warm-up: SFT_WARMUP_RATIO 0.2]; TOKENIZER_FROM_DATA [true]: the tiny
 #                       tokenizer also learns the demos' words (prompts about 750 instead of 1,120 tokens)
+#   SFT_SCAN            SFT lengths to choose from instead of SFT_STEPS, e.g. "100 150 200 300 400" [off]: each
+#                       checkpoint is evaluated on validation seeds (SCAN_SEED_START [2000000]); the start is the
+#                       longest below START_BOUND with 95% confidence (learn_common.sh)
 #   ACTOR_LR, CRITIC_LR [5e-4, 5e-4]
 #   PPO_PROMPT_TOKENS   [1024]; MAX_PROMPT_TOKENS [1024]; PPO_ITERATIONS [85: about 36 minutes]; EVAL_EVERY [20]
 #   BOUNDARY_CUT, SINGLE_GAE  the two comparisons [1, 1]

@@ -74,8 +74,14 @@ SFT_STEPS="${SFT_STEPS:-60}"
 SFT_BATCH="${SFT_BATCH:-32}"
 SFT_LR="${SFT_LR:-1e-3}"
 SFT_WARMUP_RATIO="${SFT_WARMUP_RATIO:-0.33}"
+# SFT_SCAN: SFT lengths to choose the start from (e.g. "100 150 200 300 400"; empty: SFT_STEPS, no scan). SFT runs
+# to the longest, checkpointing each; each is evaluated on SCAN_EPISODES validation episodes from SCAN_SEED_START;
+# the start model is the longest below START_BOUND with 95% confidence (bench/learning.py --pick-start)
+SFT_SCAN="${SFT_SCAN:-}"
+SCAN_SEED_START="${SCAN_SEED_START:-2000000}"
 WARM_START_STEPS="${WARM_START_STEPS:-250}"
 EPISODES="${EPISODES:-200}"
+SCAN_EPISODES="${SCAN_EPISODES:-$EPISODES}"
 EVAL_SEED_START="${EVAL_SEED_START:-1000000}"
 EVAL_TEMPERATURE="${EVAL_TEMPERATURE:-1.0}"
 START_BOUND="${START_BOUND:-}"
@@ -106,8 +112,9 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 
 SETTINGS=(SMOKE OUTPUT_DIR RESULTS ENV_ID START MAX_STEPS TIME_LIMIT ANSWER_FORMAT FORMAT_PENALTY MEMORY_N DEMO_EPISODES
     DEMO_VAL_EPISODES DEMO_SEED_START MODEL_HIDDEN MODEL_LAYERS MODEL_HEADS MODEL_KV_HEADS MODEL_FFN MODEL_VOCAB
-    TOKENIZER_FROM_DATA SFT_STEPS SFT_BATCH SFT_LR SFT_WARMUP_RATIO WARM_START_STEPS EPISODES EVAL_SEED_START
-    ADVANTAGE_LEVEL EVAL_EVERY EVAL_EPISODES_IN_TRAINING EVAL_TEMPERATURE START_BOUND LONG_HORIZON PPO_ITERATIONS
+    TOKENIZER_FROM_DATA SFT_STEPS SFT_BATCH SFT_LR SFT_WARMUP_RATIO SFT_SCAN SCAN_SEED_START SCAN_EPISODES
+    WARM_START_STEPS EPISODES EVAL_SEED_START ADVANTAGE_LEVEL EVAL_EVERY EVAL_EPISODES_IN_TRAINING EVAL_TEMPERATURE
+    START_BOUND LONG_HORIZON PPO_ITERATIONS
     PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP PPO_EPOCHS MINI_BATCHES KL_COEF SINGLE_GAE
     BOUNDARY_CUT STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ
     ${EXTRA_SETTINGS[@]+"${EXTRA_SETTINGS[@]}"})
@@ -145,6 +152,33 @@ if [ "$LONG_HORIZON" = 1 ] && [ "$PPO_TURNS" -ge "$MAX_STEPS" ]; then
         "which this long-horizon recipe is about; lower PPO_TURNS (or raise MAX_STEPS)"
 fi
 case "$START" in demos | warm_start) ;; *) fail "START=$START is not demos or warm_start" ;; esac
+# the SFT-length scan: SFT runs to the longest length, checkpointing every SCAN_EVERY steps (the lengths' gcd)
+SCAN_EVERY=0
+if [ -n "$SFT_SCAN" ]; then
+    [ "$START" = demos ] || fail "SFT_SCAN needs START=demos (it chooses among SFT lengths); unset it"
+    [ -n "$START_BOUND" ] || fail "SFT_SCAN chooses the longest SFT below START_BOUND: set START_BOUND (e.g. 0.5)"
+    previous=0
+    for steps in $SFT_SCAN; do
+        [[ "$steps" =~ ^[1-9][0-9]*$ ]] && [ "$steps" -gt "$previous" ] ||
+            fail "SFT_SCAN='$SFT_SCAN' is not increasing positive step counts (e.g. SFT_SCAN='100 200 300')"
+        a="$steps" b="$SCAN_EVERY"
+        while [ "$b" -ne 0 ]; do read -r a b <<<"$b $((a % b))"; done
+        SCAN_EVERY="$a" previous="$steps"
+    done
+    SFT_STEPS="$previous"
+    SCAN_SEEDS=("$SCAN_SEED_START" $((SCAN_SEED_START + SCAN_EPISODES)))
+    for other in DEMO_SEEDS PPO_SEEDS EVAL_SEEDS; do
+        declare -n range="$other"
+        if overlap "${SCAN_SEEDS[@]}" "${range[@]}"; then
+            what=evaluation
+            [ "$other" = DEMO_SEEDS ] && what=demos
+            [ "$other" = PPO_SEEDS ] && what="PPO first episodes"
+            fail "seed ranges overlap: the scan's validation [${SCAN_SEEDS[0]}, ${SCAN_SEEDS[1]}) and the $what" \
+                "[${range[0]}, ${range[1]}): move SCAN_SEED_START apart"
+        fi
+        unset -n range
+    done
+fi
 if [ "$DRY_RUN" = 0 ] && [ ! -x "$PYTHON" ]; then
     echo "[$RECIPE] no Python at $PYTHON: create .venv (docs/install.md) or set PYTHON=..." >&2
     exit 1
@@ -218,8 +252,10 @@ start_model() {
             model.tiny.intermediate_size="$MODEL_FFN" model.tiny.vocab_size="$MODEL_VOCAB" \
             model.tokenizer_from_data="$TOKENIZER_FROM_DATA" data.max_length="$MAX_PROMPT_TOKENS" \
             train.steps="$SFT_STEPS" train.batch_size="$SFT_BATCH" train.lr="$SFT_LR" \
-            train.warmup_ratio="$SFT_WARMUP_RATIO" train.lr_scheduler=constant resume=true
+            train.warmup_ratio="$SFT_WARMUP_RATIO" train.lr_scheduler=constant resume=true \
+            ${SFT_SCAN:+train.save_freq="$SCAN_EVERY"}
         START_MODEL="$RUN/sft/model"
+        [ -z "$SFT_SCAN" ] || scan_sft_lengths
     else
         local tokenizer_env=()
         [ "$TOKENIZER_FROM_DATA" = true ] && tokenizer_env=(--tokenizer-env "$ENV_ID")
@@ -234,13 +270,38 @@ start_model() {
     fi
 }
 
-# evaluate NAME MODEL: the same episodes (seeds, step limit, env settings, sampling) for every model
+# evaluate NAME MODEL [SEED_START EPISODES OUT]: the same episodes (seeds, step limit, env settings, sampling) for
+# every model; the scan passes its validation seeds and folder
 evaluate() {
-    stage "eval_$1" "$RUN/eval_$1/summary.json" "" -- \
-        "$PYTHON" -m verlog eval --model "$2" --tasks "$ENV_ID" --episodes "$EPISODES" \
-        --seed-start "$EVAL_SEED_START" --max-steps "$MAX_STEPS" --env-kwargs "${EVAL_ENV_KWARGS_JSON:-$ENV_KWARGS_JSON}" \
-        --temperature "$EVAL_TEMPERATURE" --max-tokens "$MAX_RESPONSE_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" \
-        --memory-n "$MEMORY_N" --answer-format "$ANSWER_FORMAT" --resume --out "$RUN/eval_$1"
+    local name="eval_$1" out="$RUN/eval_$1"
+    [ -z "${5:-}" ] || name="$1" out="$5"
+    stage "$name" "$out/summary.json" "" -- \
+        "$PYTHON" -m verlog eval --model "$2" --tasks "$ENV_ID" --episodes "${4:-$EPISODES}" \
+        --seed-start "${3:-$EVAL_SEED_START}" --max-steps "$MAX_STEPS" \
+        --env-kwargs "${EVAL_ENV_KWARGS_JSON:-$ENV_KWARGS_JSON}" --temperature "$EVAL_TEMPERATURE" \
+        --max-tokens "$MAX_RESPONSE_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" --memory-n "$MEMORY_N" \
+        --answer-format "$ANSWER_FORMAT" --resume --out "$out"
+}
+
+# scan_sft_lengths: evaluate each SFT_SCAN checkpoint on the validation seeds; the longest below START_BOUND (95%
+# confidence) becomes the start model, copied to scan/model (stops with exit 2 when every length is above it)
+scan_sft_lengths() {
+    local steps
+    for steps in $SFT_SCAN; do
+        evaluate "scan_$steps" "$RUN/sft/checkpoints/global_step_$steps/huggingface" "$SCAN_SEED_START" \
+            "$SCAN_EPISODES" "$RUN/scan/step_$steps"
+    done
+    local cmd=("$PYTHON" bench/learning.py "$RUN" --pick-start --start-bound "$START_BOUND")
+    if [ "$DRY_RUN" = 1 ]; then
+        printf '# stage scan_pick (would run)\n'
+        printf '%q ' "${cmd[@]}"
+        printf '\n'
+    elif [ -f "$RUN/scan/choice.json" ] && [ -f "$RUN/scan/model/config.json" ]; then
+        echo "[$RECIPE] stage scan_pick: output exists ($RUN/scan/choice.json), skipped"
+    else
+        "${cmd[@]}" || exit 2
+    fi
+    START_MODEL="$RUN/scan/model"
 }
 
 # check_start EVAL_NAME: stop (exit 2) when the start model's success is above START_BOUND

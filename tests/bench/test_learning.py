@@ -408,6 +408,90 @@ def test_babaisai_recipe_refuses_turns_not_below_the_step_limit(tmp_path):
     assert overlap.returncode == 2 and "seed ranges overlap" in overlap.stderr
 
 
+# ------------------------------------------------------------------------------------------------ SFT-length scan
+def _scan_run(tmp_path: Path, rates: dict[int, float], n: int = 200) -> Path:
+    """A run folder after the scan's stages: each length's checkpoint and its validation evaluation (``n`` episodes,
+    a share ``rates[steps]`` of them won)."""
+    run = tmp_path / "run"
+    for steps, rate in rates.items():
+        wins = np.arange(n) < round(rate * n)
+        seeds = list(range(2_000_000, 2_000_000 + n))
+        _write_eval(run / "scan" / f"step_{steps}", wins, wins.astype(float), seeds=seeds)
+        model = run / "sft" / "checkpoints" / f"global_step_{steps}" / "huggingface"
+        model.mkdir(parents=True)
+        (model / "config.json").write_text(json.dumps({"steps": steps}))
+    (run / "settings.env").write_text("SFT_SCAN=100 200 300 400\nSCAN_SEED_START=2000000\n")
+    return run
+
+
+def test_scan_picks_the_longest_sft_below_the_bound_with_confidence(tmp_path, capsys):
+    # 46% is below 50% but its interval reaches above it (about +-7 points on 200 episodes): 200 steps is chosen
+    run = _scan_run(tmp_path, {100: 0.30, 200: 0.40, 300: 0.46, 400: 0.56})
+    assert learning.pick_start(run, 0.5) == 0
+    assert json.loads((run / "scan" / "model" / "config.json").read_text()) == {"steps": 200}
+    choice = json.loads((run / "scan" / "choice.json").read_text())
+    assert choice["steps"] == 200 and choice["success"]["high"] <= 0.5 and choice["start_bound"] == 0.5
+    assert "200 steps" in capsys.readouterr().out
+    # chosen again (a resumed recipe): the copy is replaced, not nested
+    assert learning.pick_start(run, 0.45) == 0
+    assert json.loads((run / "scan" / "model" / "config.json").read_text()) == {"steps": 100}
+    assert not (run / "scan" / "model" / "huggingface").exists() and not (run / "scan" / "model.partial").exists()
+    results = collect(run, n_resamples=B)
+    assert [p.steps for p in results.scan] == [100, 200, 300, 400] and results.scan_choice == 100
+    md = render_markdown(results)
+    assert "## SFT-length scan (validation seeds)" in md and "| 100 | 200 | 30.0% [" in md
+    assert re.search(r"\| 100 \| 200 \| [^|]+ \| \*\*chosen\*\* \|", md) and md.count("**chosen**") == 1
+    assert learning.as_dict(results)["scan_choice"] == 100
+
+
+def test_scan_stops_in_one_line_when_every_length_is_above_the_bound(tmp_path, capsys):
+    run = _scan_run(tmp_path, {100: 0.55, 200: 0.70})
+    assert learning.main([str(run), "--pick-start", "--start-bound", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the shortest, 100 steps, wins 55.0%" in err and "SFT_SCAN" in err
+    assert not (run / "scan" / "model").exists() and not (run / "scan" / "choice.json").exists()
+    assert learning.main([str(tmp_path / "empty"), "--pick-start"]) == 1  # no scan evaluation at all
+
+
+def test_recipe_scans_sft_lengths_on_validation_seeds(tmp_path):
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), SFT_SCAN="100 150 300")
+    assert proc.returncode == 0, proc.stderr
+    stages = _stages(proc.stdout)
+    assert list(stages)[:7] == ["demos", "sft", "scan_100", "scan_150", "scan_300", "scan_pick", "eval_sft"]
+    sft = stages["sft"]
+    assert (_opt(sft, "train.steps"), _opt(sft, "train.save_freq")) == ("300", "50")  # to the longest; the gcd
+    for steps in (100, 150, 300):
+        scan = stages[f"scan_{steps}"]
+        checkpoint = tmp_path / "run" / "sft" / "checkpoints" / f"global_step_{steps}" / "huggingface"
+        assert _opt(scan, "--model") == str(checkpoint)
+        assert (_opt(scan, "--seed-start"), _opt(scan, "--episodes")) == ("2000000", "200")
+        # the same episodes' settings as the evaluation, on other seeds
+        same = [a for a in scan if not a.startswith(("/", "2000000"))]
+        assert same == [a for a in stages["eval_sft"] if not a.startswith(("/", "1000000"))]
+    assert _opt(stages["scan_pick"], "--start-bound") == "0.5"
+    start = str(tmp_path / "run" / "scan" / "model")
+    assert _opt(stages["eval_sft"], "--model") == start and _opt(stages["ppo_dual"], "model.path") == start
+    # without a scan: SFT_STEPS, no checkpoints in between, the SFT model is the start
+    plain = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)
+    assert "scan_pick" not in plain and not any(a.startswith("train.save_freq=") for a in plain["sft"])
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SFT_SCAN": "200 100"}, "is not increasing positive step counts"),
+        ({"SFT_SCAN": "100 abc"}, "is not increasing positive step counts"),
+        ({"SFT_SCAN": "100", "START_BOUND": ""}, "set START_BOUND"),
+        ({"SFT_SCAN": "100", "SCAN_SEED_START": "1000100"}, "validation [1000100, 1000300) and the evaluation"),
+        ({"SFT_SCAN": "100", "SCAN_SEED_START": "10"}, "and the demos"),
+    ],
+)
+def test_recipe_refuses_a_bad_scan(tmp_path, env, message):
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), **env)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------------------------------------ Crafter
 def _crafter_eval(folder: Path, achievements: list[dict], returns: list[float]) -> None:
     folder.mkdir(parents=True)
@@ -457,6 +541,12 @@ def test_crafter_measures_by_hand(tmp_path):
     assert "mean return ± s.e. at iteration: 2.50 ± 0.30 at 4" in render_markdown(res)
     png = learning.plot_curves(res, tmp_path / "curve.png")
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_crafter_recipe_refuses_a_scan_without_demonstrations(tmp_path):
+    crafter = REPO / "recipes" / "cpu" / "learn_crafter.sh"
+    proc = _recipe("--dry-run", _script=crafter, OUTPUT_DIR=str(tmp_path / "run"), SFT_SCAN="100")
+    assert proc.returncode == 2 and "SFT_SCAN needs START=demos" in proc.stderr
 
 
 def test_crafter_recipe_warm_starts_and_spans_ten_iterations(tmp_path):
