@@ -400,6 +400,20 @@ def test_kl_coef_zero_turns_the_kl_penalty_and_its_reference_model_off(tmp_path)
         assert _opt(_stages(proc.stdout)[name], "algorithm.kl_in_reward") == "false"
 
 
+def test_the_critic_warm_up_rollout_reaches_every_ppo_run(tmp_path):
+    default = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
+    assert _opt(default, "algorithm.warmup_rollout_multiplier") == "1"  # none unless asked
+    env = {"WARMUP_ROLLOUT_MULTIPLIER": "8", "WARMUP_CRITIC_UPDATES": "10"}
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), **env)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("ppo_dual", "ppo_cut", "ppo_single"):
+        ppo = _stages(proc.stdout)[name]
+        assert (_opt(ppo, "algorithm.warmup_rollout_multiplier"), _opt(ppo, "algorithm.warmup_critic_updates")) == (
+            "8",
+            "10",
+        )
+
+
 def test_babaisai_recipe_refuses_turns_not_below_the_step_limit(tmp_path):
     bad = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), PPO_TURNS="20", MAX_STEPS="20")
     assert bad.returncode == 2 and "PPO_TURNS=20 is not below the step limit" in bad.stderr
