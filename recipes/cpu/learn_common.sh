@@ -293,8 +293,12 @@ evaluate() {
 scan_sft_lengths() {
     local steps
     for steps in $SFT_SCAN; do
-        evaluate "scan_$steps" "$RUN/sft/checkpoints/global_step_$steps/huggingface" "$SCAN_SEED_START" \
-            "$SCAN_EPISODES" "$RUN/scan/step_$steps"
+        local checkpoint="$RUN/sft/checkpoints/global_step_$steps/huggingface"
+        if [ "$DRY_RUN" = 0 ] && [ ! -f "$RUN/scan/step_$steps/summary.json" ] && [ ! -f "$checkpoint/config.json" ]; then
+            fail "the SFT in $RUN/sft has no checkpoint at $steps steps (it ran with other SFT_SCAN lengths, or" \
+                "without SFT_SCAN): use a new OUTPUT_DIR"
+        fi
+        evaluate "scan_$steps" "$checkpoint" "$SCAN_SEED_START" "$SCAN_EPISODES" "$RUN/scan/step_$steps"
     done
     local cmd=("$PYTHON" bench/learning.py "$RUN" --pick-start --start-bound "$START_BOUND")
     if [ "$DRY_RUN" = 1 ]; then

@@ -490,6 +490,20 @@ def test_recipe_scans_sft_lengths_on_validation_seeds(tmp_path):
     assert "scan_pick" not in plain and not any(a.startswith("train.save_freq=") for a in plain["sft"])
 
 
+def test_recipe_refuses_a_scan_of_an_sft_that_kept_no_checkpoints(tmp_path):
+    # the SFT stage finished earlier without SFT_SCAN: it is skipped, and it has no checkpoint to scan
+    run = tmp_path / "run"
+    (run / "demos").mkdir(parents=True)
+    (run / "demos" / "demos.json").write_text("{}")
+    (run / "sft" / "model").mkdir(parents=True)
+    (run / "sft" / "model" / "config.json").write_text("{}")
+    proc = _recipe(_script=BABAISAI, OUTPUT_DIR=str(run), SFT_SCAN="100 200")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith("has no checkpoint at 100 steps (it ran with other SFT_SCAN lengths, or "
+                                        "without SFT_SCAN): use a new OUTPUT_DIR")  # fmt: skip
+    assert not (run / "scan").exists()
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
