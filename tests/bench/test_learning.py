@@ -392,17 +392,25 @@ def test_babaisai_recipe_runs_episodes_across_iterations_and_the_ablations(tmp_p
 
 
 def test_kl_coef_zero_turns_the_kl_penalty_and_its_reference_model_off(tmp_path):
-    default = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
+    default = _stages(_recipe("--dry-run", OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]  # BabyAI's
     assert (_opt(default, "algorithm.kl_in_reward"), _opt(default, "algorithm.kl_coef")) == ("true", "0.001")
-    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), KL_COEF="0")
+    proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"))  # BabaIsAI's default: none
     assert proc.returncode == 0, proc.stderr
     for name in ("ppo_dual", "ppo_cut", "ppo_single"):
         assert _opt(_stages(proc.stdout)[name], "algorithm.kl_in_reward") == "false"
 
 
 def test_the_critic_warm_up_rollout_reaches_every_ppo_run(tmp_path):
-    default = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
-    assert _opt(default, "algorithm.warmup_rollout_multiplier") == "1"  # none unless asked
+    default = _stages(_recipe("--dry-run", OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
+    assert _opt(default, "algorithm.warmup_rollout_multiplier") == "1"  # BabyAI's: none
+    babaisai = _stages(_recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run")).stdout)["ppo_dual"]
+    assert (
+        _opt(babaisai, "algorithm.warmup_rollout_multiplier"),
+        _opt(babaisai, "algorithm.warmup_critic_updates"),
+    ) == (
+        "4",
+        "8",
+    )  # attempt 7's
     env = {"WARMUP_ROLLOUT_MULTIPLIER": "8", "WARMUP_CRITIC_UPDATES": "10"}
     proc = _recipe("--dry-run", _script=BABAISAI, OUTPUT_DIR=str(tmp_path / "run"), **env)
     assert proc.returncode == 0, proc.stderr
