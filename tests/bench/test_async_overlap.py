@@ -3,23 +3,18 @@ benchmark, not a test)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from bench_script import load
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_async_overlap", REPO / "bench" / "async_overlap.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("async_overlap")
 
 
 def _run(folder: Path, steps: list[float], returns: list[float]) -> Path:

@@ -3,10 +3,10 @@ moves, tapes of idling none, and the random baseline sits between."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from bench_script import load
 
 from envs.babaisai import BabaIsAIEnv, solve
 
@@ -14,15 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 TASK = "two_room-goto_win"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_babaisai_moves", REPO / "bench" / "babaisai_moves.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-moves = _load()
+moves = load("babaisai_moves")
 
 
 def _tape(path: Path, episodes: dict[str, tuple[int, list[str], int]]) -> Path:

@@ -3,23 +3,15 @@ in the layout verlog train writes (metrics.jsonl with curriculum/ and family/ me
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from bench_script import load
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_curriculum", REPO / "bench" / "curriculum.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-curriculum = _load()
+curriculum = load("curriculum")
 
 
 def _write(path: Path, records: list[dict]) -> None:

@@ -7,7 +7,6 @@ are checked against a bootstrap written out here with numpy; the recipe is check
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -19,20 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_script import load
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_writer():
-    """bench/learning.py as a module (bench/ is not a package: the recipe runs it as a script)."""
-    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
-
-
-learning = _load_writer()
+learning = load("learning")
 EVAL_DUAL, EVAL_SFT, EVAL_SINGLE = learning.EVAL_DUAL, learning.EVAL_SFT, learning.EVAL_SINGLE
 PPO_DUAL, PPO_SINGLE = learning.PPO_DUAL, learning.PPO_SINGLE
 LearningResultsError = learning.LearningResultsError

@@ -3,7 +3,6 @@ results writer (bench/self_improve.py, loaded by file path) on a small synthetic
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_script import load
 
 from verlog.eval import EpisodeRecord
 
@@ -20,15 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "cpu" / "self_improve_babyai.sh"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_self_improve", REPO / "bench" / "self_improve.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-self_improve = _load()
+self_improve = load("self_improve")
 
 
 def _recipe(*args: str, **env: str) -> subprocess.CompletedProcess:

@@ -10,7 +10,6 @@ iteration's rows and tensors would add about 25%.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from bench_script import load
 
 from verlog.rollout.batch import TurnRow
 
@@ -29,15 +29,7 @@ SCRIPT = REPO / "bench" / "soak.py"
 MARK = "VERLOG_SOAK_TEST_MARK"
 
 
-def _load_soak():
-    """bench/soak.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_soak", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = _load_soak()
+soak = load("soak")
 
 
 def _processes_with(marker: str) -> list[int]:
