@@ -33,6 +33,7 @@ import numpy as np
 from verlog.errors import VerlogError
 from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
 from verlog.run_folder import read_jsonl as read_run_log
+from verlog.run_folder import step_folder, write_atomically
 
 # stage folders of a run, in the order the recipe runs them
 DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"
@@ -1020,7 +1021,7 @@ def pick_start(run_dir: str | Path, bound: float) -> int:
             file=sys.stderr,
         )
         return 2
-    source = run / SFT / "checkpoints" / f"global_step_{chosen.steps}" / "huggingface"
+    source = step_folder(run / SFT / "checkpoints", chosen.steps) / "huggingface"
     if not (source / "config.json").is_file():
         print(f"error: the scan chose {chosen.steps} SFT steps, but {source} holds no model", file=sys.stderr)
         return 1
@@ -1031,7 +1032,7 @@ def pick_start(run_dir: str | Path, bound: float) -> int:
     partial.rename(target)
     choice = {"steps": chosen.steps, "success": chosen.success.as_dict(), "episodes": chosen.episodes,
               "start_bound": bound, "model": str(source)}  # fmt: skip
-    (run / SCAN / SCAN_CHOICE).write_text(json.dumps(choice, indent=2) + "\n", encoding="utf-8")
+    write_atomically(run / SCAN / SCAN_CHOICE, json.dumps(choice, indent=2) + "\n")  # the stage's done file
     print(
         f"[learning] SFT-length scan: {chosen.steps} steps ({_pct(chosen.success)} on the validation seeds) is the "
         f"longest below the start bound of {100 * bound:.0f}% with 95% confidence; start model {target}"

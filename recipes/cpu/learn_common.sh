@@ -300,16 +300,9 @@ scan_sft_lengths() {
         fi
         evaluate "scan_$steps" "$checkpoint" "$SCAN_SEED_START" "$SCAN_EPISODES" "$RUN/scan/step_$steps"
     done
-    local cmd=("$PYTHON" bench/learning.py "$RUN" --pick-start --start-bound "$START_BOUND")
-    if [ "$DRY_RUN" = 1 ]; then
-        printf '# stage scan_pick (would run)\n'
-        printf '%q ' "${cmd[@]}"
-        printf '\n'
-    elif [ -f "$RUN/scan/choice.json" ] && [ -f "$RUN/scan/model/config.json" ]; then
-        echo "[$RECIPE] stage scan_pick: output exists ($RUN/scan/choice.json), skipped"
-    else
-        "${cmd[@]}" || exit 2
-    fi
+    # choice.json is written last, after scan/model is in place; an above-bound scan ends the recipe with exit 2
+    stage scan_pick "$RUN/scan/choice.json" "" -- \
+        "$PYTHON" bench/learning.py "$RUN" --pick-start --start-bound "$START_BOUND"
     START_MODEL="$RUN/scan/model"
 }
 

@@ -503,6 +503,21 @@ def test_recipe_refuses_a_scan_of_an_sft_that_kept_no_checkpoints(tmp_path):
     assert not (run / "scan").exists()
 
 
+def test_recipe_stops_with_exit_2_when_every_scanned_length_is_above_the_bound(tmp_path):
+    run = _scan_run(tmp_path, {100: 0.8, 200: 0.9})  # the scan's evaluations are done: only the choice runs
+    (run / "demos").mkdir()
+    (run / "demos" / "demos.json").write_text("{}")
+    (run / "sft" / "model").mkdir()
+    (run / "sft" / "model" / "config.json").write_text("{}")
+    for steps in (100, 200):
+        (run / "scan" / f"step_{steps}" / "summary.json").write_text("{}")
+    proc = _recipe(_script=BABAISAI, OUTPUT_DIR=str(run), SFT_SCAN="100 200")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert "every scanned SFT length is above the start bound of 50%" in proc.stdout + proc.stderr
+    assert "stage eval_sft" not in proc.stdout and not (run / "scan" / "model").exists()
+    assert not (run / "scan" / "choice.json").exists() and (run / "logs" / "scan_pick.log").is_file()
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
