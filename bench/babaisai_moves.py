@@ -49,9 +49,10 @@ class MoveCounts:
         return f"| {label} | {self.actions} | {100 * self.optimal / n:.1f}% | {100 * self.losing / n:.1f}% |"
 
 
-def distance(env: BabaIsAIEnv, horizon: int) -> int | None:
-    """Moves a win takes from the env's state (0 once won), or None when the solver finds none within ``horizon``."""
-    if env._game_success():
+def distance(env: BabaIsAIEnv, horizon: int, won: bool = False) -> int | None:
+    """Moves a win takes from the env's state (0 once ``won``: a win ends the episode, and the step's info says
+    ``success``), or None when the solver finds none within ``horizon``."""
+    if won:
         return 0
     plan = solve_board(env.cells, env.width, horizon)
     return None if plan is None else len(plan)
@@ -64,16 +65,16 @@ def replay(turns: Sequence[TurnLog], horizon: int) -> Iterable[tuple[int, int | 
     env.reset(seed=int(turns[0].seed))
     for record in turns:
         before = distance(env, horizon)
-        _, _, terminated, truncated, _ = env.step(record.action)
-        yield int(record.iteration or 0), before, distance(env, horizon)
+        _, _, terminated, truncated, info = env.step(record.action)
+        yield int(record.iteration or 0), before, distance(env, horizon, info.get("success", False))
         if terminated or truncated:
             return
 
 
-def tape_moves(path: str | Path, block: int, horizon: int) -> dict[int, MoveCounts]:
-    """Block index (iterations ``block * i + 1`` to ``block * (i + 1)``) -> the counts of the tapes' actions."""
+def tape_moves(records: Iterable[TurnLog], block: int, horizon: int) -> dict[int, MoveCounts]:
+    """Block index (iterations ``block * i + 1`` to ``block * (i + 1)``) -> the counts of the taped actions."""
     counts: dict[int, MoveCounts] = {}
-    for turns in group_episodes(read_turn_logs(path)).values():
+    for turns in group_episodes(records).values():
         if turns[0].turn != 0 or turns[0].seed is None or not turns[0].env_id.startswith("babaisai/"):
             continue
         for iteration, before, after in replay(turns, horizon):
@@ -90,8 +91,8 @@ def random_moves(task: str, episodes: int, max_steps: int, horizon: int, seed: i
         env.reset(seed=RANDOM_SEED_START + i)
         for _ in range(max_steps):
             before = distance(env, horizon)
-            _, _, terminated, truncated, _ = env.step(env.actions[rng.integers(len(env.actions))])
-            counts.add(before, distance(env, horizon))
+            _, _, terminated, truncated, info = env.step(env.actions[rng.integers(len(env.actions))])
+            counts.add(before, distance(env, horizon, info.get("success", False)))
             if terminated or truncated:
                 break
     return counts
@@ -99,10 +100,11 @@ def random_moves(task: str, episodes: int, max_steps: int, horizon: int, seed: i
 
 def report(path: str | Path, block: int, horizon: int, random_episodes: int, max_steps: int) -> str:
     """The markdown table of :func:`tape_moves` and, with ``random_episodes`` > 0, the random baseline."""
-    counts = tape_moves(path, block, horizon)
+    records = read_turn_logs(path)
+    counts = tape_moves(records, block, horizon)
     if not counts:
         raise VerlogError(f"{path}: no BabaIsAI episode whose first turn and seed are taped: nothing to replay")
-    task = next(t.env_id for t in read_turn_logs(path) if t.env_id.startswith("babaisai/")).partition("/")[2]
+    task = next(t.env_id for t in records if t.env_id.startswith("babaisai/")).partition("/")[2]
     lines = [f"Moves of `{path}` ({task}):", "", "| iterations | actions | optimal | losing |", "|---|---|---|---|"]
     lines += [counts[b].row(f"{b * block + 1}-{(b + 1) * block}") for b in sorted(counts)]
     if random_episodes > 0:

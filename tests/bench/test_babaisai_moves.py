@@ -9,6 +9,7 @@ from pathlib import Path
 from bench_script import load
 
 from envs.babaisai import BabaIsAIEnv, solve
+from verlog.logs import read_turn_logs
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = "two_room-goto_win"
@@ -52,7 +53,7 @@ def test_the_solvers_plan_is_all_optimal_and_idling_is_never(tmp_path, capsys):
     lines.append(json.dumps({"format": "verlog.turnlog/3", "episode_id": "e-no-start", "turn": 3,
                              "env_id": f"babaisai/{TASK}", "seed": 14, "action": "up", "iteration": 3}))  # fmt: skip
     tapes.write_text("\n".join(lines) + "\n")
-    counts = moves.tape_moves(tapes, block=2, horizon=20)
+    counts = moves.tape_moves(read_turn_logs(tapes), block=2, horizon=20)
     solver, idle = counts[0], counts[1]
     assert solver.actions == len(plans[11]) + len(plans[12]) and solver.optimal == solver.actions
     assert (idle.actions, idle.optimal, idle.losing) == (4, 0, 0)
