@@ -207,3 +207,85 @@ def clean_engine_leftovers(patterns: Iterable[str] = ENGINE_LEFTOVER_PATTERNS) -
         except OSError:
             continue
     return removed
+
+
+ANSWER_ACTIONS = (
+    "turn left",
+    "turn right",
+    "go forward",
+    "pick up",
+    "toggle",  # BabyAI
+    "up",
+    "down",
+    "left",
+    "right",
+    "idle",  # BabaIsAI
+    "Move West",
+    "Move East",
+    "Move North",
+    "Do",
+    "Noop",  # Crafter
+)
+"""Actions :class:`RandomAnswerGenerator` names (the built-in games'; an action a game lacks is an invalid answer)."""
+
+
+class RandomAnswerGenerator:
+    """A stand-in policy that answers every prompt with ``ACTION: <random action>`` (or a THINK line before it with
+    ``think``) and end-of-text: real env rows without a model (benchmarks, the row-cost equality tests)."""
+
+    def __init__(self, tokenizer, seed: int = 0, think: bool = False) -> None:
+        import random
+
+        self.tokenizer = tokenizer
+        self.rng = random.Random(seed)
+        self.think = think
+
+    def generate(self, requests, sampling):
+        from verlog.rollout.generator import Generation
+
+        out = []
+        for _ in requests:
+            action = self.rng.choice(ANSWER_ACTIONS)
+            text = f"THINK: the goal may be near, so {action}.\nACTION: {action}" if self.think else f"ACTION: {action}"
+            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+            out.append(Generation(token_ids=ids, log_probs=[-1.0] * len(ids)))
+        return out
+
+
+def collect_turn_rows(
+    env_id: str,
+    tokenizer,
+    *,
+    slots: int,
+    turns: int,
+    memory_n: int = 1,
+    answer_format: str = "action",
+    max_prompt_tokens: int = 4096,
+    seed: int = 0,
+    env_kwargs: dict | None = None,
+):
+    """``slots x turns`` per-turn rows of ``env_id`` as training collects them (a
+    :class:`~verlog.rollout.batch.TurnBatch`: real prompts through the sliding memory with ``memory_n`` past turns,
+    answers by :class:`RandomAnswerGenerator`)."""
+    from verlog.memory import MemoryConfig
+    from verlog.rollout.build import build_rollout
+    from verlog.sampling import SamplingConfig
+
+    rollout = build_rollout(
+        env_id=env_id,
+        env_kwargs=dict(env_kwargs or {}),
+        tasks=None,
+        num_slots=slots,
+        tokenizer=tokenizer,
+        generator=RandomAnswerGenerator(tokenizer, seed=seed, think=answer_format == "cot"),
+        sampling=SamplingConfig(max_tokens=64),
+        memory=MemoryConfig(n=memory_n, answer_format=answer_format),
+        max_prompt_tokens=max_prompt_tokens,
+        in_process=True,
+        seed=seed,
+        run_id="rows",
+    )
+    try:
+        return rollout.collect(turns)
+    finally:
+        rollout.close()

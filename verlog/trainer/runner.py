@@ -39,6 +39,17 @@ def _platform_env(cfg: TrainConfig) -> None:
         from verlog.platform import enable_cpu_platform
 
         enable_cpu_platform(force=True)
+    if cfg.hardware.prefix_sharing:
+        from verlog.trainer.engines import ENGINES_MODULE, VENDOR, VENDOR_ENV
+
+        # verl imports the engines' module in every process and builds its FSDP engines from the vendor's entries
+        modules = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+        os.environ["VERL_USE_EXTERNAL_MODULES"] = ",".join(
+            [*modules, ENGINES_MODULE] if ENGINES_MODULE not in modules else modules
+        )
+        os.environ[VENDOR_ENV] = VENDOR
+    else:
+        os.environ.pop("VERL_ENGINE_VENDOR", None)
 
 
 def _init_ray(cfg: TrainConfig, verl_cfg: DictConfig) -> None:
@@ -54,6 +65,7 @@ def _init_ray(cfg: TrainConfig, verl_cfg: DictConfig) -> None:
         "VERL_USE_EXTERNAL_MODULES",
         "VERLOG_PLATFORM",
         "VERL_ENGINE_DEVICE",
+        "VERL_ENGINE_VENDOR",
         "VLLM_CPU_KVCACHE_SPACE",
         "VLLM_CPU_OMP_THREADS_BIND",
     ):

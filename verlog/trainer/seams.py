@@ -21,6 +21,9 @@ Replaced on the trainer with ``rollout.async_mode`` one_step_off / in_flight: it
 which ``fit`` calls to sync the weights (verlog/trainer/async_rollout.py times those syncs against the background
 rollout).
 
+Registered with verl (``hardware.prefix_sharing``): verlog's FSDP engines for the actor, reference and critic, under
+the vendor ``verlog`` of verl's engine registry (verlog/trainer/engines.py), with ``_balance_batch`` overridden.
+
 Read from verl: the iteration's number that ``fit`` puts in the rollout's batch (``meta_info["global_steps"]``): the
 rollout manager keeps the iteration's rollout under it, and the trainer's hooks ask for the rollout of their iteration.
 """
@@ -126,6 +129,38 @@ SEAMS: tuple[Seam, ...] = (
         "compute_rollout_correction_and_add_to_batch(batch, rollout_corr_config)",
         "asynchronous rollouts are corrected by verl's rollout correction in decoupled mode "
         "(algorithm.rollout_correction, set from algorithm.rollout_is)",
+    ),
+    Seam(
+        _FIT,
+        "self._balance_batch(batch, metrics=metrics)",
+        "fit balances the batch over the ranks: with hardware.prefix_sharing verlog orders the rows into micro-batches "
+        "of shared prefixes there instead",
+    ),
+    Seam(
+        "verl.workers.engine.base:EngineRegistry.get_engine_cls",
+        'os.getenv("VERL_ENGINE_VENDOR")',
+        "verl picks its training engines by device and vendor: VERL_ENGINE_VENDOR=verlog selects verlog's "
+        "shared-prefix engines (verlog/trainer/engines.py)",
+    ),
+    Seam(
+        "verl.workers.engine.fsdp.transformer_impl:FSDPEngine.forward_backward_batch",
+        "self.forward_step(micro_batch, loss_function=loss_function, forward_only=forward_only)",
+        "verl's engine runs every micro-batch through forward_step, which verlog's engines override",
+    ),
+    Seam(
+        "verl.workers.engine.fsdp.transformer_impl:_scale_logits_by_temperature",
+        None,
+        "verlog's engines scale logits alike",
+    ),
+    Seam("verl.workers.engine.fsdp.transformer_impl:_is_scalar_unit_temperature", None, "as above"),
+    Seam(
+        "verl.workers.engine.fsdp.transformer_impl:logprobs_from_logits", None, "verlog's engines take log-probs alike"
+    ),
+    Seam(
+        "verl.workers.utils.padding:no_padding_2_padding",
+        "seq_offset - resp_len - 1",
+        "verl reads a row's outputs at its last prompt position and its response positions but the last: the only "
+        "positions verlog's engines compute",
     ),
     Seam(
         "verl.workers.rollout.llm_server:LLMServerClient.generate",
