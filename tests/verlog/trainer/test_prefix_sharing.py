@@ -32,7 +32,7 @@ MICRO = 8
 
 def test_groups_share_their_prefix_and_keep_a_prompt_token():
     a = list(range(100))
-    prompts = [a + [7, 8], a + [9], a[:60] + [5] * 50, [3, 4, 5], a + [7, 8, 9]]
+    prompts = [[*a, 7, 8], [*a, 9], a[:60] + [5] * 50, [3, 4, 5], [*a, 7, 8, 9]]
     groups = find_prefix_groups(prompts)
     assert groups is not None
     for g, (first, p) in enumerate(zip(groups.first_row, groups.prefix_lens)):
@@ -142,7 +142,7 @@ def test_shared_passes_equal_per_row_passes(env_id, models, tokenizer):
         assert (_entropy(logits) - _entropy(ref_logits)).abs().max() < 1e-5
         weights = torch.linspace(-1.0, 1.0, len(labels))  # a PPO-like loss: per-token weights, entropy bonus
 
-        def actor_loss(out):
+        def actor_loss(out, weights=weights, labels=labels):
             return (weights * _log_probs(out, labels)).sum() - 0.01 * _entropy(out).sum()
 
         lm.zero_grad()
@@ -167,7 +167,7 @@ def test_shared_passes_equal_per_row_passes(env_id, models, tokenizer):
 def test_scatter_to_rows_fills_the_positions_verl_reads(models, tokenizer):
     rows = _micro_batches("toy/delayed", tokenizer)[0]
     lm, _ = models
-    logits, layout = _shared(lm, rows, "lm")
+    _logits, layout = _shared(lm, rows, "lm")
     flat = scatter_to_rows(torch.arange(len(layout.read_index), dtype=torch.float32) + 1, layout)
     assert flat.shape[0] == sum(len(p) + len(r) for p, r in rows)
     start = 0
