@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import torch
@@ -141,6 +142,21 @@ class PackedLayout:
     prompt_lens: list[int]
     response_lens: list[int]
 
+    @cached_property
+    def key_index(self) -> torch.Tensor:
+        """``[B, P + S]`` the flat index of the keys each row attends to: its group's prefix, then its own tokens."""
+        return torch.cat([self.prefix_index[self.row_group], self.suffix_index], dim=1)
+
+    @cached_property
+    def prefix_tokens(self) -> torch.Tensor:
+        """The valid entries of ``prefix_index`` as positions of its flattened ``[G * P]`` (row-major)."""
+        return self.prefix_valid.reshape(-1).nonzero().squeeze(1)
+
+    @cached_property
+    def suffix_tokens(self) -> torch.Tensor:
+        """The valid entries of ``suffix_index`` as positions of its flattened ``[B * S]`` (row-major)."""
+        return self.suffix_valid.reshape(-1).nonzero().squeeze(1)
+
     @property
     def computed_tokens(self) -> int:
         """Tokens the shared pass runs through the model (``T``)."""
@@ -250,20 +266,26 @@ def shared_prefix_attention(
 
     groups = int(getattr(module, "num_key_value_groups", 1))
     q, k, v = query[0], repeat_kv(key, groups)[0], repeat_kv(value, groups)[0]  # [H, T, d]
+    heads, dim = q.shape[0], q.shape[2]
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    width_p = layout.prefix_index.shape[1]
+    g, width_p = layout.prefix_index.shape
+    b, width_s = layout.suffix_index.shape
+
+    def gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:  # [H, T, d] -> [rows, H, cols, d]
+        # index_select, whose backward adds into the source (advanced indexing's backward is a slower scatter)
+        return x.index_select(1, index.reshape(-1)).view(heads, *index.shape, dim).transpose(0, 1)
+
     causal_p = torch.ones((width_p, width_p), dtype=torch.bool, device=q.device).tril()
     mask_p = causal_p[None, None] & layout.prefix_valid[:, None, None, :]
     out_p = sdpa(
-        q[:, layout.prefix_index].transpose(0, 1),
-        k[:, layout.prefix_index].transpose(0, 1),
-        v[:, layout.prefix_index].transpose(0, 1),
+        gather(q, layout.prefix_index),
+        gather(k, layout.prefix_index),
+        gather(v, layout.prefix_index),
         attn_mask=mask_p,
         dropout_p=dropout,
         scale=scaling,
     )  # [G, H, P, d]
-    width_s = layout.suffix_index.shape[1]
-    keys = torch.cat([layout.prefix_index[layout.row_group], layout.suffix_index], dim=1)  # [B, P + S]
+    keys = layout.key_index  # [B, P + S]: the group's prefix, then the row's own tokens
     causal_s = torch.ones((width_s, width_s), dtype=torch.bool, device=q.device).tril()
     mask_s = torch.cat(
         [
@@ -273,16 +295,21 @@ def shared_prefix_attention(
         dim=-1,
     )  # [B, 1, S, P + S]
     out_s = sdpa(
-        q[:, layout.suffix_index].transpose(0, 1),
-        k[:, keys].transpose(0, 1),
-        v[:, keys].transpose(0, 1),
+        gather(q, layout.suffix_index),
+        gather(k, keys),
+        gather(v, keys),
         attn_mask=mask_s,
         dropout_p=dropout,
         scale=scaling,
     )  # [B, H, S, d]
+    # the valid tokens in row-major order are the flat order
     flat = torch.cat(
-        [out_p.transpose(1, 2)[layout.prefix_valid], out_s.transpose(1, 2)[layout.suffix_valid]], dim=0
-    )  # [T, H, d]: the valid tokens in row-major order are the flat order
+        [
+            out_p.transpose(1, 2).reshape(g * width_p, heads, dim).index_select(0, layout.prefix_tokens),
+            out_s.transpose(1, 2).reshape(b * width_s, heads, dim).index_select(0, layout.suffix_tokens),
+        ],
+        dim=0,
+    )  # [T, H, d]
     return flat.unsqueeze(0), None
 
 
