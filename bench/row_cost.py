@@ -188,7 +188,7 @@ def measure_iteration(model_path: Path, iterations: int, sharing: bool, folder: 
         f"hardware.micro_batch_size_per_gpu={micro}",
         f"hardware.prefix_sharing={str(sharing).lower()}",
         "checkpoint.save_freq=-1",
-        "tapes.every=0",
+        "tapes.episodes_per_iteration=0",
         f"hardware.ray.temp_dir={folder / 'ray'}",
     ]
     start = time.time()

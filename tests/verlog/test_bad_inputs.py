@@ -89,6 +89,12 @@ TABLE: list[tuple[str, list[str], str]] = [
                              "env.kwargs.max_steps=4", "rollout.async_mode=pipeline"],
      "algorithm.estimator=grpo needs group rollouts (whole episodes of a group in each iteration): set "
      "rollout.async_mode=off"),
+    ("train-prefix-sharing-value", ["train", "--dry-run", "hardware.prefix_sharing=1"],
+     "hardware.prefix_sharing: 1 is not true or false: write hardware.prefix_sharing=true or"),
+    ("train-prefix-sharing-dynamic", ["train", "--dry-run", "verl.actor_rollout_ref.actor.use_dynamic_bsz=true"],
+     "set verl.actor_rollout_ref.actor.use_dynamic_bsz=false or hardware.prefix_sharing=false"),
+    ("train-prefix-sharing-sp", ["train", "--dry-run", "verl.critic.ulysses_sequence_parallel_size=2"],
+     "a prefix and its rows must sit on one rank): set verl.critic.ulysses_sequence_parallel_size=1"),
     ("train-vtrace-lockstep", ["train", "--dry-run", "algorithm.turn_trace=vtrace"], "(nothing is off-policy)"),
     ("train-other-run", ["train", "--dry-run", "output_dir=old_run"], "output_dir=old_run holds another run"),
     ("train-under-file", ["train", "--dry-run", "output_dir=a_file/run", "model.path=m"], "a_file is a file"),

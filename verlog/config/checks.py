@@ -109,6 +109,9 @@ def _fill(node: DictConfig, data: Any, prefix: str, problems: list[Problem], typ
             continue
         if value is False and name in OFF_CHOICES:  # YAML 1.1: an unquoted off (or no, false) reads as False
             value = "off"
+        if types.get(name) == "bool" and not isinstance(value, bool):  # OmegaConf would take 1, "yes", "on"
+            problems.append(Problem(name, f"{value!r} is not true or false: write {name}=true or {name}=false"))
+            continue
         try:
             node[key] = value
         except Exception as exc:  # omegaconf's ValidationError and friends: the value does not fit the type

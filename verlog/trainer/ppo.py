@@ -67,6 +67,7 @@ from verlog.run_folder import (
 )
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
+from verlog.trainer.engines import SHARING_KEY
 from verlog.trainer.seams import check_seams
 
 PENDING_KEY = "collected_ahead"
@@ -338,7 +339,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         self._sharing_checked.add(output)
         rows = min(len(batch), self._micro_batch_rows() * self._world_size())
         sub = batch.slice(0, rows)
-        sub.meta_info = {**batch.meta_info, "verlog_prefix_sharing": False}
+        sub.meta_info = {**batch.meta_info, SHARING_KEY: False}  # verl's own path in verlog's engines
         if output == "values":
             again = super()._compute_values(sub).batch["values"]
         else:
@@ -493,7 +494,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         batch = self.rollout.collect(turns)
         data = self.async_rollout_manager.to_dataproto(batch)
         data.meta_info["temperature"] = float(self.config.actor_rollout_ref.rollout.temperature)
-        self._balance_batch(data, {})  # with prefix sharing: rows that share a prefix in one micro-batch
+        if self.settings.hardware.prefix_sharing:  # rows that share a prefix in one micro-batch
+            self._balance_batch(data, {})
         data = data.union(self._compute_values(data))
         data.batch["token_level_rewards"] = data.batch["rm_scores"]
         data, _, _ = advantage_step(data, self.settings, self._batch_layout())  # no iteration yet: no tapes, metrics

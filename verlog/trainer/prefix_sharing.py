@@ -1,28 +1,26 @@
 """Shared-prefix training passes: rows that begin with the same tokens compute those tokens once.
 
 A micro-batch of ``B`` rows (prompt + response, no padding) is cut into ``G`` groups of rows that share a token
-prefix (:func:`find_prefix_groups`, from the token ids alone). One forward pass runs every group's prefix once and
-keeps each layer's keys and values; a second runs each row's own tokens (the rest of its prompt and its response)
-attending to its group's prefix keys/values and to its own. Only the positions the losses read leave the model: the
-last prompt position and the response positions (logits, or the value head's output).
+prefix (:func:`find_prefix_groups`, from the token ids alone). One forward pass runs the ``T`` tokens that need
+computing, packed as one sequence with their original positions: every group's prefix once, then every row's own tokens
+(the rest of its prompt and its response). The linear layers see only those ``T`` tokens; the attention
+(:func:`shared_prefix_attention`) gathers them into padded blocks::
 
-Layout (``p_g``: group g's prefix length; ``a_i``: row i's own prompt tokens; ``r_i``: its response tokens)::
-
-    prefix pass  [G, P]       group g: its prefix (p_g tokens), right-padded to P = max p_g
-    suffix pass  [B, A + R]   row i: a_i prompt tokens left-padded to A = max a_i, then r_i response tokens
-                              right-padded to R = max r_i; keys/values = its group's prefix (P columns, padding
-                              masked) + its own (A + R columns); positions continue from p_g
-    read         [B, R]       columns A-1 .. A+R-2 of the suffix pass: the position before each response token
+    packed      [1, T]          prefixes (group order), then each row's own tokens (row order)
+    prefixes    [G, H, P, d]    group g's prefix attends causally to itself (P = longest prefix)
+    rows        [B, H, S, d]    row i's own tokens attend to its group's prefix and causally to themselves
+                                (keys [B, H, P + S, d]; S = most own tokens of a row)
+    read        [K]             each row's last prompt position and its response positions but the last
 
 Why outputs and gradients equal the per-row pass: causal attention at a position reads the keys/values of the
-positions before it, and a prefix position's keys/values depend only on the prefix tokens and their positions. Each
-row's prefix is therefore the same in every row of its group, so computing it once and handing its keys/values to
-every suffix gives the per-row pass's numbers (up to float summation order). The keys/values are gathered per row
-with an index (``cache[group_of_row]``), whose backward adds the rows' gradients into the prefix: the prefix's
-parameter gradients are the sum over the group's rows, exactly as when each row recomputed it (docs/row-cost.md).
+positions before it, and a prefix position's keys/values depend only on the prefix tokens and their positions; every
+row of a group has the same prefix at the same positions, so computing it once and letting each row attend to it gives
+the per-row numbers (up to float summation order). The prefix's keys/values are gathered into each row's block by
+``index_select``, whose backward adds the rows' gradients into the prefix: its parameter gradients are the sum over the
+group's rows, as when each row recomputed it (docs/row-cost.md).
 
-Pure torch + transformers (no verl): the FSDP engines of :mod:`verlog.trainer.engines` call it, the equality tests
-and ``bench/row_cost.py`` call it on a plain Hugging Face model.
+Pure torch + transformers (no verl): verlog's FSDP engines (:mod:`verlog.trainer.engines`) call it, and so do the
+equality tests and ``bench/row_cost.py`` on a plain Hugging Face model.
 """
 
 from __future__ import annotations

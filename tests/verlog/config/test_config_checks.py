@@ -110,7 +110,7 @@ def test_typed_config_converts_and_names_wrong_types() -> None:
     cfg, problems = typed_config(load_config(["seed=abc", "hardware.cpu=maybe", "rollout.num_slots=2.5"]))
     assert {p.key for p in problems} == {"seed", "hardware.cpu", "rollout.num_slots"}
     assert cfg.seed == 0  # a bad value keeps the default, so the other checks can run
-    assert "write hardware.cpu=<bool>" in str(next(p for p in problems if p.key == "hardware.cpu"))
+    assert "write hardware.cpu=true or hardware.cpu=false" in str(next(p for p in problems if p.key == "hardware.cpu"))
 
 
 def test_typed_config_refuses_a_key_the_schema_lacks() -> None:
@@ -459,3 +459,32 @@ def test_one_class_per_section_and_the_moved_sampling_key() -> None:
     ]
     with pytest.raises(Exception, match=r"Write rollout\.max_response_tokens=48"):
         load_config(["sampling.max_tokens=48"])
+
+
+def test_prefix_sharing_conflicts() -> None:
+    """hardware.prefix_sharing refuses the verl settings it cannot honour (each naming both fixes), accepts
+    use_remove_padding (the shared pass packs its own tokens), and takes only true or false."""
+    from verlog.config.checks import config_problems
+
+    def problems(*overrides: str) -> list[str]:
+        typed, found = typed_config(load_config(list(overrides)))
+        return [str(p) for p in found] + ([str(p) for p in config_problems(typed)] if not found else [])
+
+    assert problems() == []
+    for key in (
+        "verl.actor_rollout_ref.actor.use_dynamic_bsz",
+        "verl.critic.use_dynamic_bsz",
+        "verl.actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+        "verl.actor_rollout_ref.model.use_fused_kernels",
+    ):
+        (found,) = problems(f"{key}=true")
+        assert found.startswith(f"{key}: ") and f"set {key}=false or hardware.prefix_sharing=false" in found
+        assert problems(f"{key}=true", "hardware.prefix_sharing=false") == []
+    (found,) = problems("verl.actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert "sequence parallelism" in found and "=1 or hardware.prefix_sharing=false" in found
+    (found,) = problems("verl.trainer.balance_batch=false")
+    assert "drop verl.trainer.balance_batch=false" in found
+    assert problems("verl.actor_rollout_ref.model.use_remove_padding=true") == []
+    for value in ("1", "yes", "maybe"):
+        (found,) = problems(f"hardware.prefix_sharing={value}")
+        assert "is not true or false: write hardware.prefix_sharing=true or hardware.prefix_sharing=false" in found

@@ -17,6 +17,7 @@ VERLOG_NAMESPACES = (
     "family/",
     "check/",
     "async/",
+    "prefix/",
 )
 """Prefixes of the metrics verlog (not verl) logs: every logged name under them must be documented."""
 

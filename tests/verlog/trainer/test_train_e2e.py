@@ -86,6 +86,7 @@ def runs(tiny_model, tmp_path_factory):
         tiny_model,
         f"checkpoint.resume={ckpt}",
         "algorithm.boundary=cut",  # the ablation's setting: the iteration boundary ends the return (no V(s_T))
+        "hardware.prefix_sharing=false",  # verl's per-row passes, the reference path, keep working
         "evaluation.every=1",
         f"evaluation.episodes={EVAL_EPISODES}",
     )
@@ -113,6 +114,21 @@ def test_three_iterations_losses_metrics_and_sync(runs):
     assert "critic/vf_loss" in proc.stdout  # verl's console logger printed the metrics
 
 
+def test_prefix_sharing_is_checked_against_verls_path(runs):
+    """run1 shares prefixes (the default): its first iteration computed one micro-batch per rank both ways; run2
+    (hardware.prefix_sharing=false) trained on verl's per-row passes and logs no prefix/ metrics."""
+    base, _, _ = runs
+    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    for key in ("check/prefix_sharing_log_probs_gap", "check/prefix_sharing_values_gap"):
+        assert key in metrics[0] and all(key not in m for m in metrics[1:]), key
+        assert metrics[0][key] < 1e-4, (key, metrics[0][key])  # fp32: float noise (about 1e-6)
+    for m in metrics:
+        assert m["prefix/rows_per_group"] > 1.0 and m["prefix/computed_token_share"] < 1.0
+    resumed = _iterations(base / "run2" / "metrics.jsonl")
+    assert resumed and all(not any(k.startswith(("prefix/", "check/prefix")) for k in m) for m in resumed)
+    assert all(math.isfinite(m["actor/pg_loss"]) for m in resumed)
+
+
 def test_logged_metrics_match_docs_metrics_md(runs):
     from metrics_doc import documented_metrics, is_verlog_metric, undocumented
 
@@ -123,7 +139,9 @@ def test_logged_metrics_match_docs_metrics_md(runs):
     assert not undocumented(logged, doc), f"logged but not in docs/metrics.md: {undocumented(logged, doc)}"
     # this run: dual GAE, an evaluation every 2 iterations, episodes ending (goto's 64-step limit is never reached in
     # 3 x 4 turns, but the injected crash cuts an episode)
-    expected = {k for k, when in doc.items() if when in ("always", "dual_gae", "evaluation", "episodes")}
+    expected = {
+        k for k, when in doc.items() if when in ("always", "dual_gae", "evaluation", "episodes", "prefix_sharing")
+    }
     assert expected <= logged, f"in docs/metrics.md but never logged: {sorted(expected - logged)}"
 
 
