@@ -263,7 +263,27 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
         )
     if not cfg.model.path.strip():
         problems.append(Problem("model.path", "model.path is empty: give a local model folder or a Hugging Face id"))
+    if not str(cfg.output_dir).strip():
+        problems.append(
+            Problem(
+                "output_dir",
+                "output_dir is empty (its checkpoints would go to /checkpoints): give the run's folder, e.g. "
+                "output_dir=outputs/my-run",
+            )
+        )
+    if cfg.rollout.max_lag > MAX_LAG:
+        problems.append(
+            Problem(
+                "rollout.max_lag",
+                f"{cfg.rollout.max_lag} iterations ahead: the rollout would hold that many iterations of rows and "
+                f"train on rows of policies that many updates old; give at most {MAX_LAG} (1-2 is usual)",
+            )
+        )
     return problems
+
+
+MAX_LAG = 8
+"""The most iterations ``rollout.async_mode=in_flight`` may run ahead (``rollout.max_lag``)."""
 
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -367,16 +387,16 @@ def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
                 f"outside it: drop verl.{VERL_CORRECTION}.rollout_rs (verlog corrects with algorithm.rollout_is)",
             )
         )
-    if "rollout.async_mode" in bad or mode == "off":
-        if mode == "off" and alg.turn_trace == "vtrace" and "algorithm.turn_trace" not in bad:
-            problems.append(
-                Problem(
-                    "algorithm.turn_trace",
-                    "vtrace cuts the trace at turns sampled by an older policy, but with rollout.async_mode=off every "
-                    "turn is sampled by the policy being trained (nothing is off-policy): set algorithm.turn_trace="
-                    "full, or an async mode (rollout.async_mode=pipeline|one_step_off|in_flight)",
-                )
+    if mode in ("off", "pipeline") and alg.turn_trace == "vtrace" and "algorithm.turn_trace" not in bad:
+        problems.append(
+            Problem(
+                "algorithm.turn_trace",
+                f"vtrace cuts the trace at turns sampled by an older policy, but with rollout.async_mode={mode} every "
+                "turn is sampled by the policy being trained (nothing is off-policy): set algorithm.turn_trace="
+                "full, or an async mode that runs ahead (rollout.async_mode=one_step_off|in_flight)",
             )
+        )
+    if "rollout.async_mode" in bad or mode == "off":
         return problems
     if mode == "pipeline" and not {"rollout.pipeline_groups", "rollout.num_slots"} & bad:
         if ro.pipeline_groups > ro.num_slots:

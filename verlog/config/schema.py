@@ -295,7 +295,7 @@ class HardwareConfig:
     cpu: bool = True
     n_gpus_per_node: int = 2
     nnodes: int = 1
-    micro_batch_size_per_gpu: int = 4
+    micro_batch_size_per_gpu: int = 24
     rollout_tp: int = 1
     rollout_gpu_memory_utilization: float = 0.5
     ray: RayConfig = field(default_factory=RayConfig)

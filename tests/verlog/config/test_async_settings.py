@@ -150,8 +150,14 @@ def test_vtrace_needs_an_async_mode() -> None:
     assert problems == {
         "algorithm.turn_trace": "vtrace cuts the trace at turns sampled by an older policy, but with "
         "rollout.async_mode=off every turn is sampled by the policy being trained (nothing is off-policy): set "
-        "algorithm.turn_trace=full, or an async mode (rollout.async_mode=pipeline|one_step_off|in_flight)"
+        "algorithm.turn_trace=full, or an async mode that runs ahead (rollout.async_mode=one_step_off|in_flight)"
     }
+    # the pipeline's rows are on-policy too (no weight update inside an iteration)
+    problems = _problems(_cfg(algorithm__turn_trace="vtrace", rollout__async_mode="pipeline"))
+    assert (
+        list(problems) == ["algorithm.turn_trace"]
+        and "async_mode=pipeline every turn" in problems["algorithm.turn_trace"]
+    )
     # a misspelt mode is reported once, not taken for off
     assert list(_problems(_cfg(algorithm__turn_trace="vtrace", rollout__async_mode="of"))) == ["rollout.async_mode"]
 
