@@ -30,6 +30,7 @@ def test_the_table_parses_and_names_each_metric_once():
         "in_flight",
         "pipeline",
         "async, evaluation",
+        "prefix_sharing",
     }
 
 
