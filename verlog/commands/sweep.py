@@ -96,7 +96,13 @@ def _report(args: argparse.Namespace, root: str) -> int:
 
 
 def _sweep(args: argparse.Namespace, space_path: str) -> int:
-    from verlog.sweep.checks import check_space_keys, check_trials, import_space_modules
+    from verlog.sweep.checks import (
+        check_metric_names,
+        check_space_keys,
+        check_trial_count,
+        check_trials,
+        import_space_modules,
+    )
     from verlog.sweep.folder import check_folder, read_json
     from verlog.sweep.space import load_space, sample_trials
 
@@ -114,11 +120,13 @@ def _sweep(args: argparse.Namespace, space_path: str) -> int:
                 f"the sweep in {args.out} was started in {started_in}, where its relative paths point; run this "
                 "command from there"
             )
+    check_metric_names(space)
+    check_trial_count(space)
     import_space_modules(space)
     check_space_keys(space)
     trials = sample_trials(space)
     run_dirs = {t.id: folder.run_dir(t.id) for t in trials}
-    checked = check_trials(space, trials, run_dirs)
+    checked = check_trials(space, trials, run_dirs, say=lambda line: print(line, file=sys.stderr, flush=True))
     if args.dry_run:
         print(_dry_run_text(space, checked, folder, resumed, parallel), flush=True)
         return 0

@@ -10,17 +10,33 @@ objective's metric will be logged. No Ray, no model, no process starts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from verlog.config.schema import TrainConfig
 from verlog.errors import VerlogError
 from verlog.sweep.folder import starts_fresh
-from verlog.sweep.space import EVAL_METRIC_PREFIX, SearchSpace, SweepSpaceError, Trial, describe_params, format_override
+from verlog.sweep.space import (
+    EVAL_METRIC_PREFIX,
+    SearchSpace,
+    SweepSpaceError,
+    Trial,
+    describe_params,
+    format_override,
+    grid_size,
+)
 
 HF_MODEL_CONTENTS = "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"
 """What a trial's checkpoint must hold for ``verlog eval`` to load the trained model (a Hugging Face folder)."""
+MAX_TRIALS = 2000
+"""The most trials a sweep runs. Each is a ``verlog train`` run, and each is checked before anything starts (about
+0.15 s a trial on a 2-core CPU: 2,000 trials take about 5 minutes, with progress lines); a larger grid is refused with
+the fix (fewer values, or random sampling)."""
+PROGRESS_AFTER_S = 3.0
+"""A trial check that runs longer than this prints a progress line, then one every :data:`PROGRESS_EVERY_S`."""
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,50 @@ def import_space_modules(space: SearchSpace) -> None:
         raise SweepSpaceError(f"{space.source}: imports: {exc}") from None
 
 
+def check_metric_names(space: SearchSpace) -> None:
+    """The objective's and the scheduler's metrics are metrics verlog train logs (:mod:`verlog.sweep.metrics`), so a
+    misspelt one is refused now rather than found missing after every trial; SweepSpaceError with the closest
+    names."""
+    from verlog.sweep.metrics import metric_problem
+
+    for what, metric in (("objective.metric", space.objective.metric), ("scheduler.metric", _scheduler_metric(space))):
+        if metric is None or metric.startswith(EVAL_METRIC_PREFIX):  # verlog eval's summary fields: checked already
+            continue
+        problem = metric_problem(metric)
+        if problem is not None:
+            raise SweepSpaceError(
+                f"{space.source}: {what} {problem} (docs/metrics.md lists them); name one in the search space"
+            )
+
+
+def check_trial_count(space: SearchSpace) -> int:
+    """The number of trials of ``space`` (configurations times training seeds), counted without building them; a space
+    of more than :data:`MAX_TRIALS` is a SweepSpaceError saying how to make it smaller."""
+    seeds = len(space.seeds) if space.seeds is not None else 1
+    if space.method == "random":
+        count = space.trials * seeds
+        if count > MAX_TRIALS:
+            raise SweepSpaceError(
+                f"{space.source}: {space.trials} configurations x {seeds} seed(s) = {count} trials, more than a sweep "
+                f"runs (at most {MAX_TRIALS}: each is a verlog train run, and each is checked before anything "
+                f"starts); lower sampling.trials to at most {MAX_TRIALS // seeds}"
+            )
+        return count
+    configurations = grid_size(space, limit=MAX_TRIALS // seeds + 1)
+    count = configurations * seeds
+    if count > MAX_TRIALS:
+        exact = not any(p.when for p in space.params)  # then the count is a product, never cut short
+        sizes = " x ".join(f"{p.grid_count():,} ({p.key})" for p in space.params)
+        held = f"{count:,} trials: {sizes}" if exact else f"more than {MAX_TRIALS} trials"
+        held += f" x {seeds} seeds" if exact and seeds > 1 else ""
+        raise SweepSpaceError(
+            f"{space.source}: the grid holds {held}, more than a sweep runs (at most {MAX_TRIALS}: each trial is a "
+            "verlog train run, checked before anything starts); give the keys fewer values (fewer choices, fewer "
+            f"points), or sample the space at random: sampling: {{method: random, trials: 100}}"
+        )
+    return count
+
+
 def check_space_keys(space: SearchSpace) -> None:
     """Every key of ``base`` and ``params`` is a key of verlog train's config (every choice of a config group, such
     as ``env``, an option of it); SweepSpaceError with the config's own message and the closest key."""
@@ -93,16 +153,32 @@ def trial_overrides(space: SearchSpace, trial: Trial, run_dir: Path) -> list[str
     return out
 
 
-def check_trials(space: SearchSpace, trials: Sequence[Trial], run_dirs: dict[str, Path]) -> list[CheckedTrial]:
+def check_trials(
+    space: SearchSpace,
+    trials: Sequence[Trial],
+    run_dirs: dict[str, Path],
+    say: Callable[[str], None] | None = None,
+) -> list[CheckedTrial]:
     """Each trial of ``trials`` (whose output folders are ``run_dirs``) checked as ``verlog train --dry-run`` checks
-    it; SweepSpaceError naming the first trial that fails and what verlog train says, and how many fail."""
+    it; SweepSpaceError naming the first trial that fails and what verlog train says, and how many fail. A check that
+    runs longer than :data:`PROGRESS_AFTER_S` seconds tells ``say`` how far it got, every :data:`PROGRESS_EVERY_S`."""
     from verlog.config.compose import load_config
     from verlog.config.preflight import preflight
     from verlog.trainer.dry_run import describe_run
 
     checked: list[CheckedTrial] = []
     failures: list[str] = []
-    for trial in trials:
+    start = time.monotonic()
+    next_line = start + PROGRESS_AFTER_S
+    for done, trial in enumerate(trials):
+        now = time.monotonic()
+        if say is not None and done and now >= next_line:
+            left = (now - start) / done * (len(trials) - done)
+            say(
+                f"[sweep] checking the trials as verlog train --dry-run does: {done} of {len(trials)} "
+                f"({now - start:.0f} s, about {left:.0f} s left)"
+            )
+            next_line = now + PROGRESS_EVERY_S
         overrides = trial_overrides(space, trial, run_dirs[trial.id])
         try:
             fresh = starts_fresh(run_dirs[trial.id])  # as the trial will run: --overwrite when it starts afresh
@@ -124,12 +200,17 @@ def check_trials(space: SearchSpace, trials: Sequence[Trial], run_dirs: dict[str
 
 def _check_metrics(space: SearchSpace, cfg: TrainConfig) -> None:
     """The objective's and the scheduler's metrics will be logged by this trial."""
+    from verlog.sweep.metrics import condition_problem
+
     for what, metric in (("objective.metric", space.objective.metric), ("scheduler.metric", _scheduler_metric(space))):
         if metric is not None and metric.startswith("eval/") and cfg.evaluation.every == 0:
             raise SweepSpaceError(
                 f"{what} {metric} is the in-training evaluation, which is off (evaluation.every=0); set "
                 f"evaluation.every in base (e.g. evaluation.every: {cfg.iterations}, evaluation at the last iteration)"
             )
+        problem = None if metric is None else condition_problem(metric, cfg)
+        if problem is not None:
+            raise SweepSpaceError(f"{what} {problem} (docs/metrics.md, column logged); judge the trials by another")
     if space.eval is not None and cfg.env.tasks:
         raise SweepSpaceError(
             "the eval: section evaluates one env id and this trial trains several task families (env.tasks); drop "

@@ -125,6 +125,16 @@ class Param:
         spaced = np.geomspace if self.kind == "loguniform" else np.linspace
         return [_round(float(x), self.low, self.high) for x in spaced(self.low, self.high, self.points)]
 
+    def grid_count(self) -> int:
+        """How many values :meth:`grid_values` gives, without listing them (an integer range may be huge)."""
+        if self.kind == "int" and self.points is None:
+            return int(self.high) - int(self.low) + 1
+        if self.kind == "choice" or self.kind == "int":
+            return len(self.grid_values())
+        if self.points is None:
+            raise SweepSpaceError(f"params.{self.key}: a {self.kind} range in a grid needs points: N (values taken)")
+        return len(self.grid_values())
+
     def active(self, chosen: Mapping[str, Any]) -> bool:
         """Whether this key is set in a trial whose other keys took ``chosen``."""
         return all(key in chosen and chosen[key] in allowed for key, allowed in self.when)
@@ -689,9 +699,29 @@ def describe_params(params: Mapping[str, Any]) -> str:
     return " ".join(format_override(k, v) for k, v in params.items())
 
 
-def grid_size(space: SearchSpace) -> int:
-    """How many configurations the grid of ``space`` holds."""
-    return sum(1 for _ in _grid(space.params, {}))
+def grid_size(space: SearchSpace, limit: int | None = None) -> int:
+    """How many configurations the grid of ``space`` holds, counted without listing them (a key no condition names
+    multiplies the count by its number of values). With ``limit``, the count may stop at any number above it (a huge
+    grid is not walked to its end)."""
+    parents = {key for p in space.params for key, _ in p.when}
+    params = space.params
+
+    def count(i: int, chosen: dict[str, Any]) -> int:
+        if i == len(params):
+            return 1
+        p = params[i]
+        if not p.active(chosen):
+            return count(i + 1, chosen)
+        if p.key not in parents:  # no later key depends on its value
+            return p.grid_count() * count(i + 1, chosen)
+        total = 0
+        for value in p.grid_values():
+            total += count(i + 1, {**chosen, p.key: value})
+            if limit is not None and total > limit:
+                break
+        return total
+
+    return count(0, {})
 
 
 __all__ = [

@@ -97,8 +97,45 @@ def test_the_dry_run_prints_the_checked_trials_and_writes_nothing(tmp_path: Path
             "objective.metric eval/progression is the in-training evaluation, which is off (evaluation.every=0)",
         ),
         (lambda s: s.update({"paralel": 2}), "unknown key 'paralel' in the search space. Did you mean parallel?"),
+        (
+            lambda s: s["objective"].update({"metric": "eval/progresion"}),
+            "objective.metric 'eval/progresion' is not a metric verlog train logs. Did you mean eval/progression",
+        ),
+        (
+            lambda s: s["objective"].update({"metric": "sucess/rate"}),
+            "objective.metric 'sucess/rate' is not a metric verlog train logs: no metric is logged under sucess/. "
+            "Did you mean env/success_rate? Metrics are logged under actor/, adv/",
+        ),
+        (
+            lambda s: s["objective"].update({"metric": "adv/anchor_groups"}),
+            "objective.metric adv/anchor_groups is never logged in this trial: it is gigpo's and "
+            "algorithm.estimator=dual_gae (docs/metrics.md, column logged)",
+        ),
+        (
+            lambda s: s.update(
+                params={f"algorithm.{k}": {"int": [1, 10]} for k in ("critic_warmup", "ppo_epochs", "mini_batches")}
+                | {"seed": {"int": [0, 99]}},
+                sampling={"method": "grid"},
+            ),
+            "the grid holds 100,000 trials: 10 (algorithm.critic_warmup) x 10 (algorithm.ppo_epochs) x 10 "
+            "(algorithm.mini_batches) x 100 (seed), more than a sweep runs (at most 2000: each trial is a verlog train "
+            "run, checked before anything starts); give the keys fewer values (fewer choices, fewer points), or sample "
+            "the space at random: sampling: {method: random, trials: 100}",
+        ),
     ],
-    ids=["misspelt-param", "misspelt-base-key", "misspelt-env", "empty-range", "bad-value", "no-eval", "top-level"],
+    ids=[
+        "misspelt-param",
+        "misspelt-base-key",
+        "misspelt-env",
+        "empty-range",
+        "bad-value",
+        "no-eval",
+        "top-level",
+        "misspelt-objective",
+        "unknown-namespace",
+        "never-logged",
+        "grid-past-the-bound",
+    ],
 )
 def test_bad_spaces_are_refused_before_anything_starts(tmp_path: Path, capsys, monkeypatch, change, message) -> None:
     monkeypatch.chdir(tmp_path)
@@ -111,6 +148,24 @@ def test_bad_spaces_are_refused_before_anything_starts(tmp_path: Path, capsys, m
         assert line.startswith("verlog sweep: error: space.yaml: ")
         assert message in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
+
+
+def test_a_long_trial_check_shows_its_progress(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Checking the trials (about 0.15 s each) prints how far it got once it runs past PROGRESS_AFTER_S seconds
+    (made 0 here), on stderr, the dry run's trial table on stdout as before."""
+    from verlog.sweep import checks
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(checks, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(checks, "PROGRESS_EVERY_S", 0.0)
+    _write(tmp_path / "space.yaml", SPACE)
+    assert main(["sweep", "space.yaml", "--out", "out", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert [line.split(": ")[1].split(" (")[0] for line in lines] == ["1 of 3", "2 of 3"], captured.err
+    assert lines[0].startswith("[sweep] checking the trials as verlog train --dry-run does: 1 of 3 (")
+    assert lines[0].endswith(" s left)")
+    assert captured.out.startswith("# verlog sweep --dry-run: nothing was started")
 
 
 def test_a_folder_of_another_space_or_of_something_else_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
