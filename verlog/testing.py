@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from verlog.model_folder import TinyModelSpec
 
@@ -113,6 +114,7 @@ def build_tiny_model(
     path: str | Path,
     corpus: Iterable[str] | None = None,
     spec: TinyModelSpec | None = None,
+    tokenizer: Any = None,
     **sizes: int,
 ) -> Path:
     """Write a tiny Qwen2 causal LM with random weights and a locally trained tokenizer to ``path``.
@@ -120,6 +122,9 @@ def build_tiny_model(
     Args:
         path: output folder (created; existing files are overwritten).
         corpus: texts to train the tokenizer on (default: the built-in games' vocabulary).
+        tokenizer: a tokenizer :func:`train_tokenizer` already trained, used instead of training one on ``corpus``
+            (BPE training may break ties differently from one run to the next: ``verlog sft`` checks its data with
+            the tokenizer the model then gets).
         spec: model sizes; or give the fields of :class:`TinyModelSpec` as keyword arguments
             (e.g. ``hidden_size=512, num_layers=8``).
 
@@ -137,7 +142,8 @@ def build_tiny_model(
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = train_tokenizer(DEFAULT_CORPUS if corpus is None else corpus, spec.vocab_size)
+    if tokenizer is None:
+        tokenizer = train_tokenizer(DEFAULT_CORPUS if corpus is None else corpus, spec.vocab_size)
     vocab = len(tokenizer)
     config = Qwen2Config(
         vocab_size=vocab,

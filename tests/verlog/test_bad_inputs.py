@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 DRIVER = Path(__file__).with_name("console_rows.py")
@@ -108,6 +109,10 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("train-bool", ["train", "--dry-run", "env.kwargs.binary_reward=maybe"], "takes binary_reward: bool"),
     ("train-own-error", ["train", "--dry-run", "env=custom", "env.id=badin/broken", "--import", "bad_envs"],
      "this is the env's own error"),
+    ("sft-no-config", ["sft"], "no SFT config and no settings given: verlog sft needs an SFT YAML"),
+    ("sft-dry-run-bad-data", ["sft", "--dry-run", "data.train=no_answer.parquet", "model.build_tiny=true",
+                              "model.path=sft/base-model", "output_dir=sft"],
+     "no_answer.parquet row 0: roles ['user'] do not end with an assistant message"),
     ("view-missing", ["view", "no_such_run"], "no_such_run: no such folder"),
     ("view-under-file", ["view", "evals/other", "--out", "a_file/view.html"], "a_file is a file, not a folder"),
 ]  # fmt: skip
@@ -134,6 +139,8 @@ def world(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (other / "summary.json").write_text(json.dumps({"model": {"path": str(models / "base"), "engine": "vllm"}}))
     (root / "conf" / "env").mkdir(parents=True)
     (root / "conf" / "env" / "broken.yaml").write_text("name: broken\nid: toy/delayed\nkwargs: [a\n")
+    rows = {"messages": [[{"role": "user", "content": "no answer"}]] * 20}
+    pd.DataFrame(rows).to_parquet(root / "no_answer.parquet")  # `verlog sft` data without an answer to learn
     (root / "bad_envs.py").write_text(textwrap.dedent(BAD_ENVS))
     (root / "takes_goto.py").write_text(textwrap.dedent(TAKES_GOTO))
     return root

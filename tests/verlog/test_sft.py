@@ -158,6 +158,90 @@ def test_cli_bad_data_fails_before_launch(tiny_model, tmp_path, capsys):
     assert "does not exist; give an SFT YAML" in capsys.readouterr().err
 
 
+TINY = ["model.build_tiny=true", "model.tiny.hidden_size=64", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
+        "model.tiny.num_layers=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=400",
+        "model.tokenizer_from_data=true"]  # fmt: skip
+
+
+def test_a_dry_run_with_bad_data_builds_no_model(demo_dir, tmp_path, capsys, monkeypatch, platform_env):
+    """issue 37: `verlog sft --dry-run` with model.build_tiny checks the data with the tokenizer the model would get
+    (trained, not built) and refuses bad data with nothing written (it built a 38 MB model first and left it
+    behind); with good data it prints the command and builds nothing either."""
+    monkeypatch.chdir(tmp_path)
+    rows = [[{"role": "user", "content": "hi"}, {"role": "user", "content": "no answer"}]] * 20
+    pd.DataFrame({"messages": rows}).to_parquet(tmp_path / "bad.parquet")
+    args = ["sft", str(REPO / "configs" / "sft" / "cpu.yaml"), "--dry-run", "output_dir=out", *TINY]
+    assert cli_main([*args, "data.train=bad.parquet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "verlog sft: error: bad.parquet row 0: roles ['user', 'user'] do not end with an assistant message, so it "
+        "has nothing to learn\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
+    assert cli_main([*args, f"data.train={demo_dir}", "data.max_length=40", "train.max_tokens_per_rank=40"]) == 2
+    assert "rows of" in capsys.readouterr().err and not (tmp_path / "out").exists()  # too long for the tokenizer
+    assert cli_main([*args, f"data.train={demo_dir}", "train.batch_size=2"]) == 0
+    out = capsys.readouterr().out
+    assert f"model.path={tmp_path / 'out' / 'base-model'}" in out.split()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]  # no model, no output_dir
+
+
+def test_the_checks_tokenizer_is_the_one_the_built_model_gets(demo_dir, tmp_path):
+    """The tokenizer the data are checked with before a tiny model is built is the one the built model gets (BPE
+    training may break ties differently from one run to the next, so it is not trained twice)."""
+    from transformers import AutoTokenizer
+
+    from verlog.sft.launch import model_tokenizer, prepare_model
+
+    config = load_config(None, [f"model.path={tmp_path / 'base'}", *TINY])
+    train = str(demo_dir / "train.parquet")
+    checked, trained = model_tokenizer(config.model, train)
+    assert not (tmp_path / "base").exists()
+    built = AutoTokenizer.from_pretrained(prepare_model(config.model, train, tokenizer=trained))
+    texts = [m["content"] for raw in pd.read_parquet(train)["messages"] for m in raw]
+    assert [checked.encode(t) for t in texts] == [built.encode(t) for t in texts]
+    assert checked.chat_template == built.chat_template
+
+
+def test_overrides_go_on_both_sides_of_an_option(demo_dir, tiny_model, tmp_path, capsys, platform_env):
+    """issue 37: `verlog sft CONFIG --dry-run k=v` (it was refused: unrecognized arguments)."""
+    config = REPO / "configs" / "sft" / "cpu.yaml"
+    before = [f"model.path={tiny_model}", f"output_dir={tmp_path / 'out'}"]
+    after = [f"data.train={demo_dir}", "train.batch_size=2", "train.steps=3"]
+    assert cli_main(["sft", str(config), *before, "--dry-run", *after]) == 0
+    out = capsys.readouterr().out.split()
+    assert "data.train_batch_size=2" in out and "trainer.total_training_steps=3" in out
+    assert f"model.path={tiny_model}" in out and not (tmp_path / "out").exists()
+    assert cli_main(["sft", "--dry-run", str(config), *before, *after]) == 0
+    assert capsys.readouterr().out.split() == out
+    assert cli_main(["sft", str(config), "--dry-run", *after, "stray"]) == 2
+    assert "'stray' is not key=value; only the first argument" in capsys.readouterr().err
+
+
+def test_sft_without_a_config_says_what_it_needs(tmp_path, capsys, monkeypatch):
+    """issue 37: `verlog sft` alone said that 'outputs/sft/base-model' is not a Hugging Face repo id."""
+    monkeypatch.chdir(tmp_path)
+    for args in (["sft"], ["sft", "--dry-run"]):
+        assert cli_main(args) == 2
+        assert capsys.readouterr().err == (
+            "verlog sft: error: no SFT config and no settings given: verlog sft needs an SFT YAML (the model, the "
+            "data, the training length), then key=value overrides, e.g. verlog sft configs/sft/cpu.yaml "
+            "data.train=outputs/demos/babyai-goto; docs/sft.md lists the keys\n"
+        )
+    (tmp_path / "outputs" / "demos").mkdir(parents=True)  # the default data.train exists; the default model does not
+    pd.DataFrame({"messages": [[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]]}).to_parquet(
+        tmp_path / "outputs" / "demos" / "train.parquet"
+    )
+    assert cli_main(["sft", "train.steps=2", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "verlog sft: error: model.path 'outputs/sft/base-model' is not a model folder (no config.json): give the "
+        "folder of the model to fine-tune"
+    )
+    assert "Repo id" not in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs"]
+
+
 @pytest.mark.slow
 def test_last_turn_dataset_masks_only_the_final_answer(demo_dir, tokenizer):
     """verl's dataset (through our subclass): the tokens before the loss are the rollout prompt, the loss covers the

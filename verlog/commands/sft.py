@@ -6,10 +6,13 @@ import argparse
 import shlex
 import sys
 
+EXAMPLE = "verlog sft configs/sft/cpu.yaml data.train=outputs/demos/babyai-goto"
+"""A whole ``verlog sft`` command line (configs/sft/cpu.yaml's own example), named when no config is given."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "config",
+    parser.add_argument(  # dest "overrides": verlog.cli.main adds key=value pairs given after an option to it
+        "overrides",
         nargs="*",
         metavar="CONFIG_OR_OVERRIDE",
         help="an SFT YAML config (e.g. configs/sft/cpu.yaml), then key=value overrides (e.g. train.steps=20 "
@@ -28,8 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from verlog.config.compose import moved_config_note, moved_config_path
     from verlog.sft import SFTConfigError, SFTDataError, SFTRunError, load_config, run_sft
 
-    items = list(args.config)
-    path = items.pop(0) if items and "=" not in items[0] else None
+    items = list(args.overrides)  # `verlog sft CONFIG --dry-run k=v`: the k=v after the option are here too
+    if not items:
+        raise UsageError(
+            "no SFT config and no settings given: verlog sft needs an SFT YAML (the model, the data, the training "
+            f"length), then key=value overrides, e.g. {EXAMPLE}; docs/sft.md lists the keys"
+        )
+    path = items.pop(0) if "=" not in items[0] else None
     bad = [item for item in items if "=" not in item]
     if bad:
         raise UsageError(

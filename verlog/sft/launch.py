@@ -87,28 +87,103 @@ def build_command(config: SFTConfig, model_path: str, train_file: str, val_file:
     return cmd + verl_overrides(config, model_path, train_file, val_file, cpu=cpu)
 
 
-def prepare_model(config: SFTModelConfig, train_file: str | None = None, texts: list[str] | None = None) -> str:
+def _will_build(config: SFTModelConfig) -> bool:
+    """Whether the run builds a tiny model at ``model.path`` (``build_tiny`` and no model there yet)."""
+    return config.build_tiny and not (Path(config.path) / "config.json").is_file()
+
+
+def _tiny_corpus(config: SFTModelConfig, train_file: str | None, texts: list[str] | None) -> list[str]:
+    from verlog.testing import DEFAULT_CORPUS
+
+    corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
+    if config.tokenizer_from_data and train_file:
+        corpus += data_texts(train_file)
+    if config.tokenizer_from_data and texts:
+        corpus += texts
+    return corpus
+
+
+def _tiny_spec(config: SFTModelConfig) -> Any:
+    """The sizes of the tiny model to build (``model.tiny``), checked; :class:`SFTConfigError` naming the bad one."""
+    from verlog.model_folder import TinyModelSpec
+
+    try:
+        spec = TinyModelSpec(**dict(config.tiny))
+        spec.validate()
+    except (TypeError, ValueError) as exc:
+        raise SFTConfigError(f"model.tiny: {exc}; see configs/sft/cpu.yaml for sizes that work") from None
+    return spec
+
+
+def model_path_problem(config: SFTModelConfig) -> str | None:
+    """Why ``model.path`` names no model (a local path without config.json, and no ``build_tiny``), or None."""
+    path = Path(config.path)
+    if (path / "config.json").is_file() or config.build_tiny:
+        return None
+    # a Hugging Face id is `name` or `namespace/name`; more slashes, a leading . or / or an existing path is local
+    if config.path.startswith((".", "/", "~")) or path.exists() or config.path.count("/") > 1:
+        return (
+            f"model.path {config.path!r} is not a model folder (no config.json): give the folder of the model to "
+            "fine-tune (e.g. model.path=outputs/tiny, from `verlog tiny-model outputs/tiny`), a Hugging Face id such "
+            "as Qwen/Qwen2.5-0.5B-Instruct, or model.build_tiny=true to build a tiny model there"
+        )
+    return None
+
+
+def model_tokenizer(
+    config: SFTModelConfig, train_file: str | None = None, texts: list[str] | None = None
+) -> tuple[Any, Any]:
+    """The tokenizer of the model :func:`prepare_model` will give, without building that model, and (for a tiny model
+    to build) the trained tokenizer to build it with, else None: loaded from ``model.path``, or trained as
+    ``build_tiny_model`` trains it (on the same corpus). The data are checked with it before anything is built or
+    launched."""
+    problem = model_path_problem(config)
+    if problem is not None:
+        raise SFTConfigError(problem)
+    if _will_build(config):
+        return _tiny_tokenizer(config, train_file, texts)
+    path = Path(config.path)
+    return _load_tokenizer(str(path.resolve()) if (path / "config.json").is_file() else config.path), None
+
+
+def _tiny_tokenizer(config: SFTModelConfig, train_file: str | None, texts: list[str] | None) -> tuple[Any, Any]:
+    """The tokenizer of the tiny model to build, trained now, as the model folder will load it: transformers loads a
+    Qwen2 folder's tokenizer with Qwen2's own pre-tokenizer (digits one by one), not as it was trained, so it goes
+    through a throwaway folder with the model's config (kilobytes, in the system's temporary folder). The model is
+    then built with the trained one (:func:`prepare_model`). Returns (as loaded, as trained)."""
+    import tempfile
+
+    from transformers import AutoTokenizer, Qwen2Config
+
+    from verlog.testing import train_tokenizer
+
+    trained = train_tokenizer(_tiny_corpus(config, train_file, texts), _tiny_spec(config).vocab_size)
+    with tempfile.TemporaryDirectory(prefix="verlog-sft-tokenizer-") as folder:
+        Qwen2Config(vocab_size=len(trained)).save_pretrained(folder)
+        trained.save_pretrained(folder)
+        loaded = AutoTokenizer.from_pretrained(folder)
+    return loaded, trained
+
+
+def prepare_model(
+    config: SFTModelConfig, train_file: str | None = None, texts: list[str] | None = None, tokenizer: Any = None
+) -> str:
     """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set (its
-    tokenizer also trained on ``train_file``'s message texts, or on ``texts``, when ``tokenizer_from_data`` is set)."""
+    tokenizer also trained on ``train_file``'s message texts, or on ``texts``, when ``tokenizer_from_data`` is set;
+    or ``tokenizer``, the one :func:`model_tokenizer` trained and the data were checked with)."""
     path = Path(config.path)
     if (path / "config.json").is_file():
         return str(path.resolve())
     if config.build_tiny:
-        from verlog.testing import DEFAULT_CORPUS, build_tiny_model
+        from verlog.testing import build_tiny_model
 
-        corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
-        if config.tokenizer_from_data and train_file:
-            corpus += data_texts(train_file)
-        if config.tokenizer_from_data and texts:
-            corpus += texts
+        corpus = _tiny_corpus(config, train_file, texts) if tokenizer is None else None
         print(f"[verlog sft] building a tiny model at {path}", flush=True)
-        build_tiny_model(path, corpus=corpus, **dict(config.tiny))
+        build_tiny_model(path, corpus=corpus, tokenizer=tokenizer, **dict(config.tiny))
         return str(path.resolve())
-    if config.path.startswith((".", "/")) or path.exists():
-        raise SFTConfigError(
-            f"model.path {config.path!r} is not a model folder (no config.json): give one, or set "
-            "model.build_tiny=true to build a tiny model there"
-        )
+    problem = model_path_problem(config)
+    if problem is not None:
+        raise SFTConfigError(problem)
     return config.path
 
 
@@ -138,10 +213,12 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
     """
     config.validate()
     selection: TapeSelection | None = None
+    texts: list[str] | None = None
+    # the data are checked with the model's tokenizer before the model is built (a dry run builds none)
     if is_tapes(config.data.train):
         selection = select_episodes(config.data.train, config.data.tapes)
-        model_path = prepare_model(config.model, texts=selection.texts())
-        tokenizer = _load_tokenizer(model_path)
+        texts = selection.texts()
+        tokenizer, trained = model_tokenizer(config.model, texts=texts)
         train_file, val_file, manifest = write_tape_rows(
             selection, tokenizer, config.data.tapes, Path(config.output_dir) / TAPE_DATA
         )
@@ -155,8 +232,7 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
         )
     else:
         train_file, val_file = resolve_data(config.data)
-        model_path = prepare_model(config.model, train_file)
-        tokenizer = _load_tokenizer(model_path)
+        tokenizer, trained = model_tokenizer(config.model, train_file)
     report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
     if val_file:
         val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
@@ -177,9 +253,13 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
     from verlog.platform import enable_cpu_platform
 
     cpu = enable_cpu_platform()
+    if dry_run:  # the command the run would launch, with the model folder it would build: nothing is built
+        local = Path(config.model.path)
+        model_path = str(local.resolve()) if local.exists() or _will_build(config.model) else config.model.path
+        return build_command(config, model_path, train_file, val_file, cpu)
+    # a tiny model gets the tokenizer the data were checked with (BPE training may break ties otherwise next time)
+    model_path = prepare_model(config.model, train_file if selection is None else None, texts, tokenizer=trained)
     command = build_command(config, model_path, train_file, val_file, cpu)
-    if dry_run:
-        return command
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     print(
