@@ -51,6 +51,8 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("play-seed", ["play", "babyai/goto", "--seed", "-1"], "argument --seed: -1 is not a seed"),
     ("play-bool", ["play", "babyai/goto", "--env-arg", "binary_reward=maybe"], "takes binary_reward: bool, but"),
     ("play-own-error", ["play", "badin/broken", "--import", "bad_envs"], "this is the env's own error"),
+    ("play-record-under-file", ["play", "babyai/goto", "--record", "a_file/rec"],
+     "--record 'a_file/rec' cannot be written: "),
     ("play-timeout", ["play", "babyai/goto", "--step-timeout", "0"], "argument --step-timeout: '0' is not a number"),
     ("demos-under-file", [*DEMOS[:-1], "a_file/demos"], "--out 'a_file/demos' cannot be created: "),
     ("demos-budget", [*DEMOS, "--tokenizer", "models/ok", "--max-prompt-tokens", "10"], "do not hold the first"),

@@ -63,6 +63,44 @@ def test_help_info_invalid_and_commands() -> None:
     assert "(new episode)" in out
 
 
+def test_typed_help_lists_the_actions_and_is_not_played(capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    """issue 37: `help` typed as a person would was sent to the env as a move (BabyAI executed 'go forward' for it);
+    `help` and `?` print the actions and the commands, and the episode stays at step 0."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("help\n?\n:q\n"))
+    assert cli.main(["play", "babyai/goto", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    listing = "Actions (type the name or its number):\n  0: turn left\n  1: turn right\n  2: go forward"
+    assert out.count(listing) == 2 and out.count("Commands: :help  :info  :reset  :q (quit)") == 2
+    assert "->" not in out and "step 1" not in out  # nothing was played
+    out = _play("test/frozen_lake", ["help", "right", ":q"], seed=0)  # and the game goes on after it
+    assert "Actions (type the name or its number):" in out and "-> right | reward 0" in out
+    assert "not a valid action" not in out
+
+
+def test_record_into_a_folder_that_cannot_be_written_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """issue 37: `--record` into an unwritable folder ended in a traceback (PermissionError) after the env was
+    built; it is one line naming the folder and the fix, exit code 2, before anything is built or written."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    targets = {"a_file/rec": f"{tmp_path / 'a_file'} is a file, not a folder"}
+    if os.geteuid() != 0:  # a folder without write permission (root may write into any folder of a file system)
+        (tmp_path / "read_only").mkdir(mode=0o555)
+        targets["read_only/rec"] = f"{tmp_path / 'read_only'} is not writable"
+    elif Path("/sys").is_dir():  # for root: sysfs, where mkdir is not permitted
+        targets["/sys/verlog-play-record"] = "(Operation not permitted: /sys/verlog-play-record)"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for target, why in targets.items():
+        assert cli.main(["play", "babyai/goto", "--record", target]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"verlog play: error: --record '{target}' cannot be written"), err
+        assert why in err
+        assert err.endswith("; give a folder you can write to (tapes go to DIR/tapes/play.jsonl)\n")
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_end_of_input_and_episode_limit_stop_the_loop() -> None:
     assert _play("test/corridor", ["right"], seed=1).rstrip().endswith("(end of input) bye")
     out = _play("test/corridor", ["right"] * 30, seed=1, episodes=1)

@@ -2,9 +2,10 @@
 
 Prints the instruction (again only when a new episode changes it), then each observation, and reads one action per
 line: an action string (parsed by the env like a model's answer), or the action's number from ``:help``. Commands:
-``:help`` lists the actions, ``:info`` shows the last info dict, ``:reset`` starts a new episode, ``:q`` quits (so
-does end of input). After each step it prints the executed action, reward, terminated/truncated and progression; a
-finished episode is summarised and the next one starts (seed + 1 when ``--seed`` was given).
+``:help`` (or ``help``, ``?``) lists the actions, ``:info`` shows the last info dict, ``:reset`` starts a new
+episode, ``:q`` quits (so does end of input). After each step it prints the executed action, reward,
+terminated/truncated and progression; a finished episode is summarised and the next one starts (seed + 1 when
+``--seed`` was given).
 
 An env that fails (raises, returns what a text env must not, such as a NaN reward) or hangs (a reset or step that
 runs longer than ``--step-timeout`` seconds, default :data:`STEP_TIMEOUT_S`) ends the game with one line on stderr,
@@ -45,7 +46,9 @@ if TYPE_CHECKING:
     from verlog.tapes import PlayTapeWriter
 
 QUIT = (":q", ":quit", ":exit")
-HELP = (":help", ":h", "?")
+HELP = (":help", ":h", "?", "help")
+"""What prints the actions and commands (``help`` too, typed as a person would, unless the env has an action of that
+name: it used to be sent to the env as a move)."""
 STEP_TIMEOUT_S = 30.0
 """Seconds an env's reset or step may run in ``verlog play`` before the game ends as hung (``--step-timeout``)."""
 EXIT_ENV_FAILED = 1
@@ -151,7 +154,8 @@ def _recorder(folder: str | None, env_id: str, env_kwargs: dict[str, Any]) -> Pl
     """The tape writer of ``--record DIR`` (None without it), or UsageError for a DIR that cannot hold tapes."""
     if folder is None:
         return None
-    from verlog.tapes import PlayTapeWriter
+    from verlog.output_folder import creation_problem
+    from verlog.tapes import TAPES_DIR, PlayTapeWriter
 
     if not folder.strip():
         raise UsageError("--record is empty: give the folder to record the episodes into")
@@ -159,7 +163,16 @@ def _recorder(folder: str | None, env_id: str, env_kwargs: dict[str, Any]) -> Pl
         raise UsageError(
             f"--record {folder!r} is a file, not a folder: give a folder (tapes go to DIR/tapes/play.jsonl)"
         )
-    return PlayTapeWriter(folder, env_id, env_kwargs)
+    problem = creation_problem(Path(folder) / TAPES_DIR)
+    fix = "give a folder you can write to (tapes go to DIR/tapes/play.jsonl)"
+    if problem is not None:
+        raise UsageError(f"--record {folder!r} cannot be written: {problem}; {fix}")
+    try:  # creates DIR/tapes and opens play.jsonl: what the OS refuses there (a read-only file system) is named too
+        return PlayTapeWriter(folder, env_id, env_kwargs)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        where = f": {exc.filename}" if exc.filename else ""
+        raise UsageError(f"--record {folder!r} cannot be written ({reason}{where}); {fix}") from None
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -279,7 +292,7 @@ def play(
             if line in QUIT:
                 say("bye")
                 raise _Quit
-            if line in HELP:
+            if line in HELP and line not in env.actions:
                 say(help_text())
             elif line == ":info":
                 say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
