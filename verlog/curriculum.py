@@ -19,8 +19,10 @@ draws the same families. :func:`curriculum_metrics` gives the per-family metrics
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -398,45 +400,64 @@ class TaskCurriculum:
         self.last_rewards: dict[str, float] = {}
         """The arm rewards of the last :meth:`update`."""
         self.rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()
+        """Held by every read or write of Q, the counts and the Generator: under async rollout the collector's thread
+        draws while the trainer's thread updates (docs/async.md)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)  # a lock does not pickle; a copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def probabilities(self) -> dict[str, float]:
         """The current probability of drawing each family."""
-        return family_probabilities(self.settings, self.families, self.q, self.weights)
+        with self._lock:
+            return family_probabilities(self.settings, self.families, self.q, self.weights)
 
     def draw(self) -> str:
         """The family of the next episode, drawn from :meth:`probabilities`."""
         return self.draw_many(1)[0]
 
     def draw_many(self, n: int) -> list[str]:
-        """``n`` families drawn independently from the current probabilities (one Generator call)."""
-        probs = np.asarray([self.probabilities()[f] for f in self.families])
-        picks = self.rng.choice(len(self.families), size=int(n), p=probs)
-        out = [self.families[k] for k in picks]
-        for family in out:
-            self.draws[family] += 1
+        """``n`` families drawn independently from one snapshot of the probabilities (one Generator call), atomic
+        with respect to :meth:`update` and :meth:`state_dict`."""
+        with self._lock:
+            snapshot = self.probabilities()
+            probs = np.asarray([snapshot[f] for f in self.families])
+            picks = self.rng.choice(len(self.families), size=int(n), p=probs)
+            out = [self.families[k] for k in picks]
+            for family in out:
+                self.draws[family] += 1
         return out
 
     def update(self, rewards: Mapping[str, float]) -> dict[str, float]:
         """Apply one iteration's arm rewards (``{family: r}``, e.g. from :func:`family_abs_advantage`) by TD(0);
         returns the new Q values."""
-        self.q = update_q(self.q, rewards, float(self.settings.alpha))
-        for family in rewards:
-            self.updates[family] += 1
-        self.last_rewards = {f: float(r) for f, r in rewards.items()}
-        return dict(self.q)
+        with self._lock:
+            self.q = update_q(self.q, rewards, float(self.settings.alpha))
+            for family in rewards:
+                self.updates[family] += 1
+            self.last_rewards = {f: float(r) for f, r in rewards.items()}
+            return dict(self.q)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs, as plain Python values (Q, counts, the Generator's state)."""
-        return {
-            "format": _STATE_FORMAT,
-            "kind": self.settings.kind,
-            "families": list(self.families),
-            "q": dict(self.q),
-            "draws": dict(self.draws),
-            "updates": dict(self.updates),
-            "last_rewards": dict(self.last_rewards),
-            "rng": self.rng.bit_generator.state,
-        }
+        """Everything a resumed run needs, as plain Python values (Q, counts, the Generator's state), one consistent
+        snapshot."""
+        with self._lock:
+            return {
+                "format": _STATE_FORMAT,
+                "kind": self.settings.kind,
+                "families": list(self.families),
+                "q": dict(self.q),
+                "draws": dict(self.draws),
+                "updates": dict(self.updates),
+                "last_rewards": dict(self.last_rewards),
+                "rng": copy.deepcopy(self.rng.bit_generator.state),
+            }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s dict; draws continue as in the run that saved it.
@@ -468,11 +489,12 @@ class TaskCurriculum:
             rng.bit_generator.state = dict(state["rng"])
         except (TypeError, ValueError, KeyError) as exc:
             raise CurriculumStateError(f"the curriculum state's generator state cannot be restored ({exc})") from exc
-        self.q = {f: float(state["q"][f]) for f in self.families}
-        self.draws = {f: int(state["draws"][f]) for f in self.families}
-        self.updates = {f: int(state["updates"][f]) for f in self.families}
-        self.last_rewards = {str(f): float(r) for f, r in state.get("last_rewards", {}).items()}
-        self.rng = rng
+        with self._lock:
+            self.q = {f: float(state["q"][f]) for f in self.families}
+            self.draws = {f: int(state["draws"][f]) for f in self.families}
+            self.updates = {f: int(state["updates"][f]) for f in self.families}
+            self.last_rewards = {str(f): float(r) for f, r in state.get("last_rewards", {}).items()}
+            self.rng = rng
 
 
 # --------------------------------------------------------------------------------------------- metrics
