@@ -98,6 +98,9 @@ TABLE: list[tuple[str, list[str], str]] = [
      "set verl.actor_rollout_ref.actor.use_dynamic_bsz=false or hardware.prefix_sharing=false"),
     ("train-prefix-sharing-sp", ["train", "--dry-run", "verl.critic.ulysses_sequence_parallel_size=2"],
      "a prefix and its rows must sit on one rank): set verl.critic.ulysses_sequence_parallel_size=1"),
+    ("train-verl-key", ["train", "--dry-run", "verl.actor_rollout_ref.actor.ppo_mini_bach_size=4"],
+     "verl.actor_rollout_ref.actor.ppo_mini_bach_size: verl's PPO config has no key 'ppo_mini_bach_size' under "
+     "verl.actor_rollout_ref.actor. Did you mean verl.actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("train-empty-output", ["train", "--dry-run", "output_dir="], "output_dir is empty"),
     ("train-max-lag", ["train", "--dry-run", "rollout.async_mode=in_flight", "rollout.max_lag=100000"],
      "rollout.max_lag: 100000 iterations ahead"),

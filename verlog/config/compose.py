@@ -4,8 +4,8 @@
 the command line's overrides; a ``--config-dir`` without the root config adds its groups before verlog's. Hydra
 rejects an override of a key the composed config does not have (``rollout.num_slot=4``) with "Could not override";
 :func:`explain_unknown_keys` turns that into a :class:`ConfigKeyError` naming the closest valid key (:mod:`difflib`)
-and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through without Hydra's ``+`` (verl's own
-config checks those keys when the trainer merges the ``verl:`` section).
+and the fix. :func:`prepare_overrides` lets ``verl.<any verl key>=...`` through without Hydra's ``+`` (the preflight
+checks those keys against verl's own config: :func:`verlog.config.preflight.check_verl_section`).
 
 The result is an untyped DictConfig; :func:`verlog.config.checks.typed_config` gives it its types.
 

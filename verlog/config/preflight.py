@@ -13,6 +13,8 @@ rollout checks each real prompt and raises ``PromptTooLongError`` if one does no
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
 import os
 import re
@@ -64,6 +66,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
     bad = [p.key for p in problems]
     typed.env.imports = [*typed.env.imports, *(m for m in imports if m not in typed.env.imports)]
     problems += output_dir_problems(typed, overwrite)
+    problems += check_verl_section(typed)
     problems += check_model(typed)
     problems += check_resume(typed)
     if not any(p.key == "checkpoint.resume" for p in problems):
@@ -401,6 +404,128 @@ def check_resume_state(cfg: TrainConfig) -> list[Problem]:
                 )
             )
     return problems
+
+
+# ------------------------------------------------------------------------------------------------ verl: section
+VERL_KEYS_VERLOG_ADDS = (
+    "actor_rollout_ref.rollout.agent.agent_loop_manager_class",
+    "actor_rollout_ref.model.override_config.attn_implementation",
+    "critic.model.override_config.attn_implementation",
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision",
+    "critic.fsdp.mixed_precision",
+    "actor_rollout_ref.rollout.enable_sleep_mode",
+)
+"""Keys verlog adds to verl's PPO config (Hydra's ``+key=...`` in verlog/trainer/config.py's ``verl_overrides``;
+tests/verlog/config/test_verl_section.py keeps the two equal): a ``verl:`` key at or under one of them is taken."""
+VERL_FIX = (
+    "the verl: section takes only the keys of verl's own PPO config (verl/trainer/config/ppo_trainer.yaml in the verl "
+    "package)"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def verl_ppo_config() -> dict[str, Any] | None:
+    """verl's PPO config as composed from its own YAML files (verl/trainer/config/ppo_trainer.yaml and its
+    defaults), as plain data, without importing verl (about 0.4 s); None when verl is not installed there."""
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    spec = importlib.util.find_spec("verl")  # finds the package without running it
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    folder = next(
+        (Path(p) / "trainer" / "config" for p in locations if (Path(p) / "trainer" / "config").is_dir()), None
+    )
+    if folder is None or not (folder / "ppo_trainer.yaml").is_file():
+        return None
+    hydra_was = GlobalHydra.instance().is_initialized()
+    if hydra_was:
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(folder), version_base=None):
+            composed = compose(config_name="ppo_trainer")
+        data = OmegaConf.to_container(composed, resolve=False)
+    except Exception:  # verl's own files: the launch reports what is wrong with them
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    return data if isinstance(data, dict) else None
+
+
+def _verl_leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """The ``verl:`` section as (dotted key, value) pairs: nested sections and dotted names alike."""
+    out: list[tuple[str, Any]] = []
+    for key, value in dict(node).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += _verl_leaves(value, name + ".")
+        else:
+            out.append((name, value))
+    return out
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    out: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            out.append(name)
+            out += _dotted_keys(value, name + ".")
+    return out
+
+
+def check_verl_section(cfg: TrainConfig) -> list[Problem]:
+    """Every key of the ``verl:`` section is a key of verl's PPO config (:func:`verl_ppo_config`, or one verlog adds:
+    :data:`VERL_KEYS_VERLOG_ADDS`); a problem for each that is not, with the closest of verl's keys and the fix (the
+    launch merges the section into verl's config, where an unknown key was OmegaConf's multi-line "not in struct"
+    text, after a tiny model had been built). Only keys are checked: verl's YAML gives its values no types."""
+    if not cfg.verl:
+        return []
+    base = verl_ppo_config()
+    if base is None:
+        return []
+    problems: list[Problem] = []
+    for path, value in _verl_leaves(cfg.verl):
+        if any(path == key or path.startswith(key + ".") for key in VERL_KEYS_VERLOG_ADDS):
+            continue
+        parts, node = path.split("."), base
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict):  # a value (a section may replace it), a list or null: verl decides
+                break
+            if part in node:
+                node = node[part]
+                continue
+            problems.append(Problem(f"verl.{path}", _unknown_verl_key(base, parts, i, node, value)))
+            break
+    return problems
+
+
+def _unknown_verl_key(base: dict[str, Any], parts: list[str], i: int, node: dict[str, Any], value: Any) -> str:
+    """The message for ``verl.<parts>``, whose ``parts[i]`` is not a key of ``node`` (``parts[:i]`` in verl's
+    config): the key, the closest of verl's keys, the fix."""
+    path, where = ".".join(parts), ".".join(parts[:i])
+    close = [
+        ".".join([*parts[:i], c, *parts[i + 1 :]]) for c in difflib.get_close_matches(parts[i], list(node), 3, 0.75)
+    ]
+    known = _dotted_keys(base)
+    if not close:  # the right name in another section (verl.actor_rollout_ref.ppo_mini_batch_size)
+        close = [k for k in known if k.rsplit(".", 1)[-1] == parts[-1]][:3]
+    if not close:  # ... misspelt as well
+        names = {k.rsplit(".", 1)[-1] for k in known}
+        near = set(difflib.get_close_matches(parts[-1], names, 3, 0.85))
+        close = [k for k in known if k.rsplit(".", 1)[-1] in near][:3]
+    section = f"under verl.{where}" if where else "at its top level"
+    text = f"verl's PPO config has no key {parts[i]!r} {section}."
+    if close:
+        shown = str(value).lower() if isinstance(value, bool) else "null" if value is None else value
+        text += f" Did you mean {', '.join(f'verl.{c}' for c in close)}? Write verl.{close[0]}={shown}, or drop it;"
+    else:
+        keys = ", ".join(sorted(node)[:12]) + (", ..." if len(node) > 12 else "")
+        text += f" Keys {section}: {keys}. Drop it;"
+    return f"verl.{path}: {text} {VERL_FIX}"
 
 
 # ------------------------------------------------------------------------------------------------ output_dir
