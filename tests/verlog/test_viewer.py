@@ -188,6 +188,30 @@ def test_a_cut_last_line_is_skipped(run_dir: Path, tmp_path: Path) -> None:
     assert any("cut short" in n for n in run.notes)
 
 
+def test_a_torn_metrics_file_is_named_on_the_console(run_dir: Path, tmp_path: Path, capsys) -> None:
+    """issue 37: a metrics.jsonl whose last line is torn (a kill mid-write) was skipped with a note on the page only;
+    the console now says which file and line, and the page still shows every whole record."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    records = [line for line in (copy / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    with (copy / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 99, "env/return_me')
+    assert main(["view", str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"verlog view: warning: {copy / 'metrics.jsonl'}: line {len(records) + 1} is torn (cut short: its writer is "
+        f"running or was interrupted), so it was skipped; the {len(records)} record(s) before it are shown\n"
+    )
+    assert captured.out.startswith(f"wrote {copy / 'view.html'}")
+    payload = _payload((copy / "view.html").read_text())
+    assert len(load_run(copy).metrics) == len(records)
+    assert any("cut short" in note for note in payload["notes"])
+    assert main(["view", str(run_dir), "--out", str(tmp_path / "whole.html")]) == 0
+    assert capsys.readouterr().err == ""  # a whole file: no warning
+
+
 def test_view_of_a_real_evaluation_with_frames(tiny_model: Path, tmp_path: Path) -> None:
     """`verlog eval --log-turns` (transformers engine, the tiny model, BabyAI frames) then `verlog view` of its
     folder: the real tokenizer's token split and the frames reach the page."""

@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -44,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         result = build_view(args.run_dir, args.out, max_episodes=args.max_episodes, frames=not args.no_frames)
     except ViewError as exc:
         raise UsageError(str(exc)) from None
+    for warning in result.warnings:  # a torn last line: the page says so too, the console must not stay silent
+        print(f"verlog view: warning: {warning}", file=sys.stderr, flush=True)
     size = result.bytes / 1024
     print(
         f"wrote {result.path} ({size:,.0f} KiB: {result.episodes} episodes, turns of {result.embedded} embedded, "

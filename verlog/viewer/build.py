@@ -13,7 +13,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,8 @@ class ViewResult:
     embedded: int
     turns: int
     seconds: float
+    warnings: list[str] = field(default_factory=list)
+    """What the console should say: each torn last line skipped (:attr:`verlog.viewer.data.RunData.warnings`)."""
 
 
 def _num(x: Any) -> float | None:
@@ -369,4 +371,5 @@ def build_view(
         embedded=len(payload["turns"]),
         turns=len(run.turns),
         seconds=time.perf_counter() - start,
+        warnings=list(run.warnings),
     )

@@ -48,6 +48,7 @@ class RunData:
         config: the resolved training config (plain dict), or the evaluation's summary.
         schema_versions: turn-record schema version -> records read with it.
         notes: things the page should say (skipped lines, old schema versions, missing files).
+        warnings: what the console should say too: each torn last line skipped (its file and line number).
     """
 
     folder: Path
@@ -58,11 +59,21 @@ class RunData:
     config: dict[str, Any] = field(default_factory=dict)
     schema_versions: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class Notes(list):
+    """The page's notes (a list of str), and ``warnings``: those the console should show as well."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warnings: list[str] = []
 
 
 def _json_lines(path: Path, notes: list[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of a JSONL file; a bad last line (a writer interrupted mid-line) is skipped with a note,
-    a bad line elsewhere is a :class:`ViewError`."""
+    """(line number, value) of a JSONL file; a bad last line (a writer interrupted mid-line) is skipped with a note
+    (and, when ``notes`` is a :class:`Notes`, a console warning naming the file and line), a bad line elsewhere is a
+    :class:`ViewError`."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -76,6 +87,12 @@ def _json_lines(path: Path, notes: list[str]) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             if i == last:
                 notes.append(f"{path.name}: its last line is cut short (a writer running or interrupted); skipped")
+                if isinstance(notes, Notes):
+                    kept = sum(1 for line in lines[:i] if line.strip())
+                    notes.warnings.append(
+                        f"{path}: line {i + 1} is torn (cut short: its writer is running or was interrupted), so it "
+                        f"was skipped; the {kept} record(s) before it are shown"
+                    )
                 return
             raise ViewError(f"{path}:{i + 1}: not valid JSON ({exc.msg}); not a file verlog wrote") from exc
 
@@ -157,7 +174,7 @@ def load_run(folder: str | Path) -> RunData:
     if not (has_metrics or tapes or is_eval):
         raise ViewError(f"{root} is not a verlog run folder: it holds {_listing(root)}; {EXPECTED}")
     run = RunData(folder=root, kind="train" if (has_metrics or tapes) else "eval")
-    notes = run.notes
+    notes = Notes()
     if run.kind == "train":
         if has_metrics:
             run.metrics = _read_metrics(root / METRICS_FILE, notes)
@@ -186,6 +203,7 @@ def load_run(folder: str | Path) -> RunData:
             run.turns = _read_tapes(root / EVAL_TURNS, notes, run.schema_versions)
         else:
             notes.append("no turns.jsonl (the evaluation ran without --log-turns): episodes are listed without turns")
+    run.notes, run.warnings = notes, notes.warnings
     old = {v: n for v, n in run.schema_versions.items() if v < SCHEMA_VERSION}
     for version, count in sorted(old.items()):
         notes.append(
