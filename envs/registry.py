@@ -130,6 +130,35 @@ def list_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+NEEDS_ARGUMENTS: dict[str, str] = {
+    "slow": "inner, the env it slows down: verlog play slow --env-arg inner=babyai/goto",
+    "multitask": "tasks, its task families: verlog train's env.tasks (docs/curriculum.md), or verlog play multitask "
+    "--env-arg \"tasks={'goto': 'babyai/goto'}\"",
+}
+"""Built-in ids that wrap other envs, so that no env is built from them without keyword arguments -> what they need
+(``verlog envs`` lists them apart: :func:`playable_envs`)."""
+
+
+def needed_arguments(env_id: str) -> str | None:
+    """What ``env_id`` needs before it builds with no keyword arguments (``verlog play ID``, ``verlog eval --tasks
+    ID``), or None when it builds as it is: a wrapper of :data:`NEEDS_ARGUMENTS`, or a factory with parameters that
+    have no default (an entry point not loaded yet is not loaded for this: None)."""
+    if env_id in NEEDS_ARGUMENTS:
+        return NEEDS_ARGUMENTS[env_id]
+    factory = _REGISTRY.get(env_id)
+    if factory is None or isinstance(factory, str):
+        return None
+    params, _ = _keyword_parameters(factory)
+    required = [name for name, p in params.items() if p.default is p.empty]
+    return f"{', '.join(required)} (no default): --env-arg {required[0]}=..." if required else None
+
+
+def playable_envs() -> list[str]:
+    """The registered ids that build with no keyword arguments, sorted: :func:`list_envs` less those
+    :func:`needed_arguments` names."""
+    return [env_id for env_id in list_envs() if needed_arguments(env_id) is None]
+
+
 def registered_factory(env_id: str) -> Factory:
     """The factory registered for ``env_id`` (entry points resolved); raises UnknownEnvError with close matches."""
     if env_id not in _REGISTRY:  # the built-in games load only when an id is not registered yet

@@ -77,6 +77,34 @@ def test_typed_help_lists_the_actions_and_is_not_played(capsys: pytest.CaptureFi
     assert "not a valid action" not in out
 
 
+def test_every_id_verlog_envs_lists_plays_as_listed(capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    """issue 37: `verlog envs` listed `multitask` and `slow`, which no command can build without keyword arguments.
+    Every id it lists now resolves, builds and resets as `verlog play ID` builds it, and is one task of `verlog eval
+    --tasks ID`; the wrappers are named apart (stderr), each with what it needs, and play with it."""
+    from envs.registry import NEEDS_ARGUMENTS
+    from verlog.commands.common import build_env, check_env_id
+    from verlog.eval.protocol import expand_tasks
+
+    assert cli.main(["envs"]) == 0
+    captured = capsys.readouterr()
+    listed = captured.out.split()
+    assert len(listed) > 40 and "babyai/goto" in listed and "crafter/default" in listed
+    assert not set(NEEDS_ARGUMENTS) & set(listed)
+    for env_id in listed:
+        check_env_id(env_id)
+        env = build_env(env_id, {}, "--env-arg")  # what `verlog play ID` does before the first prompt
+        env.close()
+        assert expand_tasks([env_id]) == [env_id], env_id
+    assert captured.err.startswith("verlog envs: not listed above, as they build only with keyword arguments: ")
+    assert "slow needs inner, the env it slows down: verlog play slow --env-arg inner=babyai/goto" in captured.err
+    assert captured.err.count("\n") == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO(":q\n"))
+    assert cli.main(["play", "slow", "--env-arg", "inner=babyai/goto", "--env-arg", "step_delay_s=0"]) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(":q\n"))
+    assert cli.main(["play", "multitask", "--env-arg", "tasks={'goto': 'babyai/goto'}"]) == 0
+    assert capsys.readouterr().out.count("=== Instruction ===") == 2
+
+
 def test_record_into_a_folder_that_cannot_be_written_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
     """issue 37: `--record` into an unwritable folder ended in a traceback (PermissionError) after the env was
     built; it is one line naming the folder and the fix, exit code 2, before anything is built or written."""
