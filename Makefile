@@ -1,5 +1,6 @@
 # verlog: the two commands of README.md are `make run` and `make test`.
-#   make run   -> installs into .venv (first time only) and runs recipes/cpu/quickstart.sh
+#   make run   -> installs into .venv (first time only) and runs recipes/cpu/quickstart.sh (RUN_ARGS=--verbose: every
+#                 worker's log on the terminal; RUN_ARGS="iterations=10" or any other override of the recipe)
 #   make test  -> installs into .venv (first time only) and runs the test suite (fast + e2e)
 # Other targets: make install, make test-fast, make lint, make lock, make clean.
 
@@ -10,6 +11,7 @@ BIN    := $(VENV)/bin
 # pip at the PyTorch CPU wheel index, e.g. make TORCH_PIP_ARGS="--extra-index-url <pytorch-cpu-index-url>".
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: install run test test-fast test-e2e lint lock clean
@@ -29,7 +31,7 @@ $(STAMP): setup.py requirements/cpu.lock
 	@touch $(STAMP)
 
 run: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash recipes/cpu/quickstart.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash recipes/cpu/quickstart.sh $(RUN_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

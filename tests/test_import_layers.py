@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.errors",
             "verlog.logs",
             "verlog.run_folder",
+            "verlog.console",
             "verlog.memory",
             "verlog.prompt_budget",
             "verlog.model_folder",

@@ -39,6 +39,14 @@ SUPERSEDED = "superseded"
 ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
 CHECKPOINT_FILES = ("actor", "data.pt", ROLLOUT_STATE_FILE)
 """What every complete checkpoint folder holds (plus ``critic`` in runs with a critic)."""
+LOGS_DIR = "logs"
+"""Where the logs of Ray's workers, verl and vLLM go (verlog.console; ``--verbose`` shows them on the terminal)."""
+TRAIN_LOG = f"{LOGS_DIR}/train.log"
+"""The log of ``verlog train`` in its output_dir (appended at every start)."""
+TENSORBOARD_DIR = "tensorboard"
+"""The tensorboard tracker's event files (``logger=[console,tensorboard]``)."""
+WANDB_DIR = "wandb"
+"""The wandb tracker's run folders (offline unless WANDB_MODE says otherwise)."""
 STEP_LOGS: tuple[tuple[str, str], ...] = (
     ("metrics.jsonl", "step"),
     ("rollout.jsonl", "step"),

@@ -8,20 +8,57 @@ first and last evaluation. Used by ``verlog train`` at the end of a run and by t
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
+from verlog.console import say
 from verlog.run_folder import read_jsonl
 
 TRAINING_KEYS = ("env/return_mean", "env/success_rate", "rollout/valid_action_ratio")
 EVAL_KEYS = ("eval/success", "eval/return")
 
 
+ITERATION_FIELDS = (
+    ("env/return_mean", "return", "{:.3f}"),
+    ("env/success_rate", "success", "{:.2f}"),
+    ("rollout/valid_action_ratio", "valid", "{:.2f}"),
+    ("critic/vf_explained_var", "expl.var", "{:.2f}"),
+    ("eval/success", "eval success", "{:.2f}"),
+)
+"""The numbers of the console's line per iteration: (metric, label, format); a metric not logged is left out."""
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl file (a missing file gives []; a torn last line, from a kill, is skipped with a
     warning on stderr)."""
-    return read_jsonl(path, warn=lambda line: print(f"[verlog] {line}", file=sys.stderr))
+    return read_jsonl(path, warn=lambda line: say(f"[verlog] {line}", err=True))
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as ``42 s``, ``3m05s`` or ``1h02m``."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def iteration_line(step: int, total: int, metrics: dict[str, Any], elapsed_s: float, eta_s: float) -> str:
+    """The console's line for iteration ``step`` of ``total``: the numbers of :data:`ITERATION_FIELDS` that
+    ``metrics`` holds, the seconds of the iteration (verl's ``timing_s/step``), the time elapsed and the ETA."""
+    parts = [f"[verlog] iteration {step}/{total}"]
+    for key, label, fmt in ITERATION_FIELDS:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+            parts.append(f"{label} {fmt.format(float(value))}")
+    step_s = metrics.get("timing_s/step")
+    if isinstance(step_s, (int, float)) and math.isfinite(float(step_s)):
+        parts.append(f"{float(step_s):.1f} s/it")
+    parts.append(f"elapsed {duration(elapsed_s)}, ETA {duration(eta_s)}")
+    return " | ".join([parts[0], ", ".join(parts[1:])])
 
 
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:

@@ -17,8 +17,10 @@
 #
 # Full command: python -m verlog.train --overwrite output_dir=$OUTPUT_DIR/run iterations=$ITERATIONS <the overrides
 # below> "$@"
-# It prints verl's metrics every iteration (actor/pg_loss, critic/vf_loss, ...) plus verlog's env/ and rollout/
-# stats; its outputs: metrics.jsonl, rollout.jsonl, learning_curve.png, config.yaml, checkpoints/.
+# The terminal shows one line per iteration (return, success, valid actions, seconds per iteration, ETA); every
+# metric (verl's actor/, critic/, ... and verlog's env/, rollout/, ...) is in metrics.jsonl, and the logs of Ray's
+# workers, verl and vLLM in logs/train.log (--verbose shows them on the terminal). Its outputs: metrics.jsonl,
+# rollout.jsonl, learning_curve.png, config.yaml, checkpoints/, logs/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -71,4 +73,6 @@ if [ "$DRY_RUN" = 0 ]; then
     echo "[quickstart] done. The lines above compare the first and last iterations (env/return_mean: a uniform"
     echo "[quickstart] policy scores about 0.33, the best 1.0). Metrics: $OUTPUT_DIR/run/metrics.jsonl; learning curve:"
     echo "[quickstart] $OUTPUT_DIR/run/learning_curve.png. Next: docs/results.md (BabyAI), docs/configuration.md."
+    echo "[quickstart] Evaluate the model it trained on seeds training never draws (from 2**31):"
+    echo "[quickstart]   $PYTHON -m verlog eval --model $OUTPUT_DIR/run --tasks toy/delayed --episodes 20 --seed-start 2147483648 --max-prompt-tokens 320 --max-tokens 24 --out $OUTPUT_DIR/eval"
 fi

@@ -26,9 +26,13 @@ from verlog.commands.common import (
     seed,
     seed_list,
 )
+from verlog.console import say
+from verlog.run_summary import duration
 
 EPISODES = 10
 """Episodes per task without ``--episodes`` (BALROG's ``eval.num_episodes``)."""
+EVAL_LOG = "logs/eval.log"
+"""The engine's log in ``--out`` (verlog.console), appended at every start."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,12 +87,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
     parser.add_argument("--bootstrap-resamples", type=int_at_least(1), default=10_000)
     parser.add_argument("--quiet", action="store_true", help="no line per finished episode")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help=f"show the engine's log (vLLM) on the terminal; by default it goes to OUT/{EVAL_LOG}",
+    )
     add_import_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.eval import EvalProtocol, evaluate, expand_tasks, format_table, load_model
-    from verlog.eval.engine import EvalModelError
+    from verlog.console import say
+    from verlog.eval import EvalProtocol, expand_tasks, format_table
     from verlog.eval.protocol import EvalProtocolError
     from verlog.memory import MemoryConfig, check_answer_format
     from verlog.sampling import SamplingConfig
@@ -124,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     # everything an engine start would waste time on is checked first: the output folder, the model folder and its
     # tokenizer, each task's env and its first prompt
+    _check_out_folder(args)
     model_path = _check_model(args)
-    _check_out(args, protocol, model_path, sampling, memory)
+    _check_resume(args, protocol, model_path, sampling, memory)
     tokenizer = _tokenizer(model_path)
     kwargs = dict(env_kwargs, **({} if args.max_steps is None else {"max_steps": args.max_steps}))
     for task in protocol.tasks:
@@ -137,63 +147,102 @@ def run(args: argparse.Namespace) -> int:
     n_episodes = len(protocol.episodes())
     seed_list = protocol.seed_list()
     seeds_text = f"seeds {seed_list[0]}..{seed_list[-1]}" if seeds is None else f"{len(seed_list)} explicit seeds"
-    print(
+    say(
         f"verlog eval: {len(protocol.tasks)} task(s) x {protocol.episodes_per_task} episodes = {n_episodes}, "
-        f"{seeds_text}, engine {args.engine}",
-        flush=True,
+        f"{seeds_text}, engine {args.engine}, model {model_path}"
     )
-    try:
-        model = load_model(
-            args.model,
-            engine=args.engine,
-            dtype=args.dtype,
-            max_model_len=args.max_prompt_tokens + args.max_tokens,
-            seed=args.sampling_seed,
-        )
-    except EvalModelError as exc:
-        raise UsageError(str(exc)) from None
-    finished = [0]
+    summary = _evaluate_quietly(args, protocol, model_path, sampling, memory)
+    say("")
+    for line in format_table(summary).splitlines():
+        say(line)
+    say(f"\nwrote {args.out}/summary.json and episodes.jsonl ({summary['wall_time_s']:.1f} s)")
+    return 0
 
-    def progress(rec) -> None:
+
+def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> dict:
+    """Start the engine and play every episode with the engine's log in ``OUT/logs/eval.log`` (verlog.console;
+    ``--verbose`` shows it); a line per finished episode with the ETA unless ``--quiet``. Returns the summary."""
+    import time
+
+    from verlog.console import QuietConsole
+    from verlog.eval import evaluate, load_model
+    from verlog.eval.engine import EvalModelError
+    from verlog.eval.protocol import EvalProtocolError
+
+    log = Path(args.out) / EVAL_LOG
+    n_episodes = len(protocol.episodes())
+    console = QuietConsole(log, verbose=args.verbose, title=f"verlog eval --model {args.model} --out {args.out}")
+    finished = [0]
+    started = [time.monotonic()]
+
+    def progress(rec: Any) -> None:
         finished[0] += 1
         if not args.quiet:
-            print(
+            eta = (time.monotonic() - started[0]) / finished[0] * (n_episodes - finished[0])
+            say(
                 f"[{finished[0]}/{n_episodes}] {rec.episode_id} seed {rec.seed}: "
                 f"{'success' if rec.success else 'failure'}, return {rec.episode_return:.2f}, "
-                f"{rec.num_steps} steps, valid {rec.valid_action_rate:.2f}",
-                flush=True,
+                f"{rec.num_steps} steps, valid {rec.valid_action_rate:.2f} | ETA {duration(eta)}"
             )
 
     try:
-        summary = evaluate(
-            protocol,
-            model,
-            sampling,
-            args.out,
-            memory=memory,
-            max_prompt_tokens=args.max_prompt_tokens,
-            concurrency=args.concurrency,
-            log_turns=args.log_turns,
-            resume=args.resume,
-            n_resamples=args.bootstrap_resamples,
-            on_episode=progress,
-        )
-    except EvalProtocolError as exc:
-        raise UsageError(str(exc)) from None
-    print()
-    print(format_table(summary))
-    print(f"\nwrote {args.out}/summary.json and episodes.jsonl ({summary['wall_time_s']:.1f} s)")
-    return 0
+        with console:
+            if console.active:
+                say(f"verlog eval: the engine's log: {log} (--verbose shows it here)")
+            try:
+                model = load_model(
+                    model_path,
+                    engine=args.engine,
+                    dtype=args.dtype,
+                    max_model_len=args.max_prompt_tokens + args.max_tokens,
+                    seed=args.sampling_seed,
+                )
+            except EvalModelError as exc:
+                raise UsageError(str(exc)) from None
+            started[0] = time.monotonic()  # the pace of the episodes, not of the engine's start
+            try:
+                return evaluate(
+                    protocol,
+                    model,
+                    sampling,
+                    args.out,
+                    memory=memory,
+                    max_prompt_tokens=args.max_prompt_tokens,
+                    concurrency=args.concurrency,
+                    log_turns=args.log_turns,
+                    resume=args.resume,
+                    n_resamples=args.bootstrap_resamples,
+                    on_episode=progress,
+                )
+            except EvalProtocolError as exc:
+                raise UsageError(str(exc)) from None
+            finally:
+                model.close()  # vLLM's shutdown lines into the log, not after the summary
+    except UsageError:
+        raise
+    except Exception:
+        if not args.verbose:
+            say(f"verlog eval: the evaluation stopped; the last lines of {log}:", err=True)
+            for line in console.tail():
+                say(f"    {line[:400]}", err=True)
+        raise
 
 
 def _check_model(args: argparse.Namespace) -> Path:
     """The model folder ``--model`` designates, loadable: its config.json parses and the prompt budget plus the
-    response fit its context (:mod:`verlog.model_folder`); or UsageError."""
+    response fit its context (:mod:`verlog.model_folder`); or UsageError. A run folder or a checkpoint designates
+    its latest complete checkpoint's actor, merged into a Hugging Face folder on demand
+    (:mod:`verlog.trainer.checkpoint_model`)."""
+    from verlog.console import say
     from verlog.eval.engine import EvalModelError, resolve_model_path
     from verlog.model_folder import context_problem, folder_problems
+    from verlog.trainer.checkpoint_model import CheckpointModelError, trained_model_folder
 
     try:
-        folder = resolve_model_path(args.model)
+        trained = trained_model_folder(args.model, on_merge=lambda line: say(f"verlog eval: {line}"))
+        folder = resolve_model_path(trained if trained is not None else args.model)
+    except CheckpointModelError as exc:
+        raise UsageError(f"--model: {exc}") from None
     except EvalModelError as exc:
         raise UsageError(f"--model: {exc}") from None
     problems = folder_problems(folder)
@@ -205,26 +254,44 @@ def _check_model(args: argparse.Namespace) -> Path:
     return folder
 
 
-def _check_out(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> None:
-    """``--out`` can hold this evaluation: a folder (or one that can be created) without an earlier evaluation, or
-    with ``--resume`` one of the same settings (:func:`verlog.eval.evaluation.other_evaluation`)."""
-    from verlog.eval.evaluation import evaluation_settings, other_evaluation
+RUN_MARKERS = ("metrics.jsonl", "checkpoints", "run.lock", "verl_config.yaml")
+"""What only a training run's output_dir holds: ``--out`` there would mix an evaluation's files with the run's."""
+
+
+def _check_out_folder(args: argparse.Namespace) -> None:
+    """``--out`` can hold this evaluation: a folder (or one that can be created) that is not a training run's, without
+    an earlier evaluation unless ``--resume`` is given; checked before anything is loaded or merged."""
     from verlog.eval.report import EPISODES_FILE
     from verlog.output_folder import creation_problem
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out!r} is a file, not a folder: give the folder for summary.json")
+    markers = [name for name in RUN_MARKERS if (out / name).exists()]
+    if markers:
+        raise UsageError(
+            f"--out {args.out!r} is a training run's folder (it holds {', '.join(markers)}): an evaluation's files "
+            f"there would mix with the run's; give a folder of its own, e.g. --out {out / 'final_eval'}"
+        )
     problem = creation_problem(out)
     if problem is not None:
         raise UsageError(f"--out {args.out!r} cannot be created: {problem}: give a folder under one you can write to")
-    if not (out / EPISODES_FILE).exists():
-        return
-    if not args.resume:
+    if (out / EPISODES_FILE).exists() and not args.resume:
         raise UsageError(
             f"{out / EPISODES_FILE} exists from an earlier evaluation: pass --resume to continue it, or choose "
             "another --out"
         )
+
+
+def _check_resume(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> None:
+    """With ``--resume``, the evaluation in ``--out`` has the same settings
+    (:func:`verlog.eval.evaluation.other_evaluation`)."""
+    from verlog.eval.evaluation import evaluation_settings, other_evaluation
+    from verlog.eval.report import EPISODES_FILE
+
+    out = Path(args.out)
+    if not (out / EPISODES_FILE).exists():
+        return
     settings = evaluation_settings(protocol, model_path, args.engine, sampling, memory, args.max_prompt_tokens)
     other = other_evaluation(out, settings)
     if other is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from verlog.commands.common import EXIT_FAULT, EXIT_USAGE
 
@@ -51,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="check and print the resolved config, the command and verl's derived keys; start nothing",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the logs of Ray's workers, verl and vLLM on the terminal (by default they go to "
+        "OUTPUT_DIR/logs/train.log and the terminal shows verlog's own lines)",
     )
     parser.add_argument(
         "--overwrite",
@@ -105,9 +112,7 @@ def run(args: argparse.Namespace) -> int:
         removed = check_output_dir(cfg, getattr(args, "overwrite", False))
         if removed:
             print(f"[verlog] --overwrite: removed {', '.join(str(p) for p in removed)}", flush=True)
-        from verlog.trainer import runner
-
-        runner.train(cfg)
+        train_quietly(cfg, verbose=getattr(args, "verbose", False))
     except RunFault as exc:  # a fault during the run (docs/reliability.md): what died, and how to resume
         print(f"verlog train: error: {exc}; {resume_hint(cfg)}", file=sys.stderr)
         return EXIT_FAULT
@@ -117,6 +122,35 @@ def run(args: argparse.Namespace) -> int:
     finally:
         lock.release()
     return 0
+
+
+def train_quietly(cfg: Any, verbose: bool = False) -> None:
+    """Train ``cfg`` with the logs of Ray, verl and vLLM in ``OUTPUT_DIR/logs/train.log`` (verlog.console), one line
+    naming it; when the run fails, the log's last lines and its path on the terminal (then the error goes on up)."""
+    from pathlib import Path
+
+    from verlog.console import QuietConsole, say
+    from verlog.errors import VerlogError
+    from verlog.run_folder import TRAIN_LOG
+    from verlog.trainer import runner
+
+    log = Path(cfg.output_dir) / TRAIN_LOG
+    console = QuietConsole(log, verbose=verbose, title=f"verlog train, output_dir {cfg.output_dir}")
+    try:
+        with console:
+            if console.active:
+                say(f"[verlog] logs of Ray's workers, verl and vLLM: {log} (--verbose shows them here)")
+            runner.train(cfg)
+    except (KeyboardInterrupt, VerlogError):
+        if not verbose:
+            say(f"[verlog] full log: {log}", err=True)
+        raise
+    except Exception:
+        if not verbose:
+            say(f"[verlog] the run failed; the last lines of {log}:", err=True)
+            for line in console.tail():
+                say(f"    {line[:400]}", err=True)
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

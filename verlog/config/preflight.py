@@ -46,6 +46,9 @@ RUN_OUTPUTS = (
     "learning_curve.png",
     "view.html",
     "superseded",  # log records and checkpoints a resume set aside (verlog/run_folder.py)
+    "logs",  # the logs of Ray's workers, verl and vLLM (verlog.console)
+    "tensorboard",  # the trackers' files (verlog.config.trackers)
+    "wandb",
 )
 """What a training run writes into its output_dir (``--overwrite`` removes these, and only these)."""
 RUN_DATA = RUN_OUTPUTS[:5]

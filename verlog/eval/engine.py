@@ -80,6 +80,12 @@ class LoadedModel:
     def describe(self) -> dict[str, str]:
         return {"path": str(self.model_path), "engine": self.engine, "dtype": self.dtype, "device": self.device}
 
+    def close(self) -> None:
+        """Stop the engine (vLLM's processes; nothing for transformers)."""
+        close = getattr(self.generator, "close", None)
+        if callable(close):
+            close()
+
 
 CPU_KV_CACHE_GIB = 1
 """KV cache of an evaluation's vLLM engine on CPU, in GiB, unless ``VLLM_CPU_KVCACHE_SPACE`` sets it (about a million

@@ -252,6 +252,14 @@ class VllmEngineGenerator:
     def __init__(self, llm: Any) -> None:
         self.llm = llm
 
+    def close(self) -> None:
+        """Stop the engine's processes now (otherwise at interpreter exit, with vLLM's shutdown lines after the
+        command's last line); idempotent."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt

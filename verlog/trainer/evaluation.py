@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlog.console import say
 from verlog.eval.protocol import EvalProtocol
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # its old home: tests import it here
@@ -202,7 +203,7 @@ class TrainingEvaluator:
                 )
         except Exception as exc:  # an evaluation must not end a training run
             traceback.print_exc()
-            print(f"[verlog] eval at iteration {iteration} failed ({type(exc).__name__}: {exc})", flush=True)
+            say(f"[verlog] warning: eval at iteration {iteration} failed ({type(exc).__name__}: {exc})", err=True)
             return {f"{EVAL_PREFIX}failed": 1.0}
         finally:
             if tape is not None:
@@ -215,7 +216,7 @@ class TrainingEvaluator:
         metrics[f"{EVAL_PREFIX}time_s"] = time.perf_counter() - start
         for family, family_records in per_family.items():
             self._write_episodes(family_records, iteration, family)
-        print(summary_line(iteration, metrics), flush=True)
+        say(summary_line(iteration, metrics))
         return metrics
 
     def _write_episodes(self, records: Sequence[EpisodeRecord], iteration: int, family: str = "") -> None:

@@ -49,6 +49,7 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
 from verlog.config.schema import TrainConfig
+from verlog.console import say
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
 from verlog.rollout.build import build_rollout
@@ -65,6 +66,7 @@ from verlog.run_folder import (
     pause_point,
     step_folder,
 )
+from verlog.run_summary import iteration_line
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.engines import SHARING_KEY
@@ -283,11 +285,11 @@ class VerlogPPOTrainer(RayPPOTrainer):
         again = super()._compute_values(padded).batch["values"][:k, 0].float()
         gap = float((again - next_values).abs().max())
         if gap > BOOTSTRAP_GAP_WARN:
-            print(
+            say(
                 f"[verlog] warning: the bootstrap values V(s_T) differ from the critic's value of the same prompt "
                 f"as an ordinary row by up to {gap:.3g} (check/bootstrap_value_gap); verl's critic seam may have "
                 "changed (verlog/trainer/seams.py)",
-                flush=True,
+                err=True,
             )
         return gap
 
@@ -350,11 +352,11 @@ class VerlogPPOTrainer(RayPPOTrainer):
         metrics[f"check/prefix_sharing_{output}_gap"] = gap
         self._check_metrics.put(step, metrics)
         if gap > PREFIX_SHARING_GAP_WARN:
-            print(
+            say(
                 f"[verlog] warning: the shared-prefix passes' {output} differ from verl's per-row passes by up to "
                 f"{gap:.3g} on the same rows (check/prefix_sharing_{output}_gap); see docs/row-cost.md, or set "
                 "hardware.prefix_sharing=false",
-                flush=True,
+                err=True,
             )
 
     # ------------------------------------------------------------------------------------------ advantage
@@ -477,7 +479,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 "rollout.async_mode=one_step_off or in_flight: resume with that mode, so they are trained and no "
                 "turn is lost"
             )
-        print(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
+        say(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
         if bool(self.config.trainer.get("val_before_train", False)):
             # evaluation.before_train is the starting model's point (a fresh run's); a resumed run's step would
             # get a second record beside the one the saving run wrote
@@ -499,13 +501,18 @@ class VerlogPPOTrainer(RayPPOTrainer):
         data = data.union(self._compute_values(data))
         data.batch["token_level_rewards"] = data.batch["rm_scores"]
         data, _, _ = advantage_step(data, self.settings, self._batch_layout())  # no iteration yet: no tapes, metrics
+        losses = []
         for i in range(updates):
             out = self._update_critic(data)
-            loss = float(reduce_metrics(out.meta_info["metrics"]).get("critic/vf_loss", float("nan")))
-            print(
-                f"[verlog] critic warm-up update {i + 1}/{updates} on {len(data)} rows: vf_loss {loss:.4f}", flush=True
+            losses.append(float(reduce_metrics(out.meta_info["metrics"]).get("critic/vf_loss", float("nan"))))
+            print(  # into the log (verlog.console); the line after it on the console
+                f"[verlog] critic warm-up update {i + 1}/{updates} on {len(data)} rows: vf_loss {losses[-1]:.4f}",
+                flush=True,
             )
-        print(f"[verlog] critic warm-up done in {time.time() - start:.0f} s ({len(data)} rows)", flush=True)
+        say(
+            f"[verlog] critic warm-up: {updates} updates on {len(data)} rows in {time.time() - start:.0f} s, vf_loss "
+            f"{losses[0]:.4f} -> {losses[-1]:.4f}"
+        )
 
     # ------------------------------------------------------------------------------------------ evaluation
     def _validate(self, merged: bool = False) -> dict[str, float]:
@@ -562,10 +569,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         eta = elapsed / done * remaining
         metrics["progress/iteration"] = float(step)
         metrics["progress/eta_s"] = eta
-        print(
-            f"[verlog] iteration {step}/{self.total_training_steps} done, {elapsed:.0f} s elapsed, ETA {eta:.0f} s",
-            flush=True,
-        )
+        metrics["progress/elapsed_s"] = elapsed
         return metrics
 
     def log_jsonl(self, data: dict[str, Any], step: int, rollout: bool = True) -> None:
@@ -613,6 +617,11 @@ def _tracking_with(base: type, trainer: VerlogPPOTrainer) -> type:
             if "training/global_step" in data:
                 data = {**data, **trainer.extra_metrics(step)}
                 trainer.log_jsonl(data, step)
+                say(
+                    iteration_line(
+                        step, trainer.total_training_steps, data, data["progress/elapsed_s"], data["progress/eta_s"]
+                    )
+                )
             elif any(str(k).startswith("eval/") for k in data):  # the evaluation before the first iteration
                 trainer.log_jsonl(data, step, rollout=False)
             return super().log(data, step, *args, **kwargs)

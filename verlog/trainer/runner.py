@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verlog.config import TrainConfig
+from verlog.console import say
 
 
 def prepare_model(cfg: TrainConfig) -> str:
@@ -26,7 +27,7 @@ def prepare_model(cfg: TrainConfig) -> str:
     if model.build_tiny:
         from verlog.testing import build_tiny_model
 
-        print(f"[verlog] building a tiny model at {path}", flush=True)
+        say(f"[verlog] building a tiny model at {path}")
         build_tiny_model(path, **dict(getattr(model, "tiny", None) or {}))
     return path
 
@@ -50,6 +51,16 @@ def _platform_env(cfg: TrainConfig) -> None:
         os.environ[VENDOR_ENV] = VENDOR
     else:
         os.environ.pop("VERL_ENGINE_VENDOR", None)
+
+
+def _tracker_env(cfg: TrainConfig) -> None:
+    """Trackers' files inside the run folder (verlog.config.trackers), one line each on the console."""
+    from verlog.config.trackers import tracker_environment
+
+    env, lines = tracker_environment(list(cfg.logger), cfg.output_dir)
+    os.environ.update(env)
+    for line in lines:
+        say(f"[verlog] {line}")
 
 
 def _init_ray(cfg: TrainConfig, verl_cfg: DictConfig) -> None:
@@ -136,7 +147,7 @@ def prepare_resume(cfg: TrainConfig) -> int | None:
     if step is not None:
         lines += cut_logs(out, step)
     for line in lines:
-        print(f"[verlog] {line}", flush=True)
+        say(f"[verlog] {line}")
     return step
 
 
@@ -152,6 +163,7 @@ def train(cfg: TrainConfig) -> Path:
         model = dataclasses.replace(model, path=str(Path(model.path).expanduser().absolute()))
     with_abs = dataclasses.replace(cfg, output_dir=str(out), model=model)
     _platform_env(with_abs)
+    _tracker_env(with_abs)
     prepare_model(with_abs)
     verl_cfg = build_verl_config(with_abs)
     OmegaConf.resolve(verl_cfg)
@@ -175,9 +187,9 @@ def train(cfg: TrainConfig) -> Path:
 
     records = read_metrics(out / "metrics.jsonl")
     for line in summary_lines(records):
-        print(f"[verlog] {line}", flush=True)
+        say(f"[verlog] {line}")
     curve = write_learning_curve(records, out / "learning_curve.png")
     if curve is not None:
-        print(f"[verlog] learning curve: {curve}", flush=True)
-    print(f"[verlog] outputs in {out}: checkpoints/, metrics.jsonl, rollout.jsonl, config.yaml", flush=True)
+        say(f"[verlog] learning curve: {curve}")
+    say(f"[verlog] outputs in {out}: checkpoints/, metrics.jsonl, rollout.jsonl, config.yaml, logs/")
     return out

@@ -26,11 +26,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 
 
-def _train(out: Path, model: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _train(
+    out: Path, model: Path, *overrides: str, env: dict | None = None, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     args = [
         sys.executable,
         "-m",
         "verlog.train",
+        *flags,
         f"output_dir={out}",
         f"model.path={model}",
         "env.id=crashy_env:make",
@@ -79,7 +82,16 @@ def runs(tiny_model, tmp_path_factory):
     # every episode taped (an episode that ends early makes more than 4 start in one iteration): the long-horizon
     # tests read every row from the tapes
     taped = "tapes.episodes_per_iteration=16"
-    first = _train(base / "run1", tiny_model, *evaluation, taped, env={"VERLOG_TEST_CRASH_AT_STEP": "22"})
+    # every tracker that writes files, inside the run folder (wandb offline: no account on a test machine)
+    trackers = "logger=[console,tensorboard,wandb]"
+    first = _train(
+        base / "run1",
+        tiny_model,
+        *evaluation,
+        taped,
+        trackers,
+        env={"VERLOG_TEST_CRASH_AT_STEP": "22", "WANDB_MODE": "offline"},
+    )
     ckpt = base / "run1" / "checkpoints" / "global_step_2"
     second = _train(
         base / "run2",
@@ -89,6 +101,7 @@ def runs(tiny_model, tmp_path_factory):
         "hardware.prefix_sharing=false",  # verl's per-row passes, the reference path, keep working
         "evaluation.every=1",
         f"evaluation.episodes={EVAL_EPISODES}",
+        flags=("--verbose",),  # everything on the terminal, as before the quiet console
     )
     return base, first, second
 
@@ -110,8 +123,70 @@ def test_three_iterations_losses_metrics_and_sync(runs):
     # generation after the sync runs on the new weights: vLLM's token probabilities match the updated FSDP actor's
     # (seen: about 2e-5 with the sync; docs/stack.md: 3e-4 to 5e-4 when syncs were skipped on purpose)
     assert metrics[2]["training/rollout_probs_diff_mean"] < 1e-4
-    assert "[verlog] iteration 3/3" in proc.stdout
-    assert "critic/vf_loss" in proc.stdout  # verl's console logger printed the metrics
+    assert "[verlog] iteration 3/3 | " in proc.stdout
+
+
+def test_the_console_shows_verlogs_lines_and_the_log_holds_the_rest(runs):
+    """run1 ran with the quiet console (the default): a screen of verlog's own lines on the terminal, and Ray's
+    workers, vLLM and verl's console logger in logs/train.log; run2 ran with --verbose: all of it on the terminal."""
+    base, quiet, verbose = runs
+    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    lines = (quiet.stdout + quiet.stderr).splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    assert all(line.startswith("[verlog] ") for line in lines), "\n".join(lines)  # no worker's, vLLM's or verl's
+    log = (base / "run1" / "logs" / "train.log").read_text()
+    assert f"logs of Ray's workers, verl and vLLM: {base / 'run1' / 'logs' / 'train.log'}" in quiet.stdout
+    assert "pid=" in log and "critic/vf_loss" in log  # the workers' lines and verl's console logger's
+    for k in (1, 2, 3):  # verlog's line per iteration, on the terminal and in the log
+        line = next(x for x in lines if x.startswith(f"[verlog] iteration {k}/3 | "))
+        assert "s/it" in line and "ETA" in line and line in log
+        assert ("return " in line) == ("env/return_mean" in metrics[k - 1])  # when episodes ended
+    assert "pid=" in verbose.stdout + verbose.stderr and "critic/vf_loss" in verbose.stdout
+    assert not (base / "run2" / "logs").exists()
+
+
+def test_trackers_write_verlogs_and_verls_metrics_inside_the_run(runs):
+    """logger=[console,tensorboard,wandb]: both trackers' files are in the run folder and hold the same numbers as
+    metrics.jsonl, verlog's (env/, eval/, check/) beside verl's (critic/)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from trackers_read import wandb_history
+
+    base, proc, _ = runs
+    records = {r["step"]: r for r in _records(base / "run1" / "metrics.jsonl")}
+    keys = ("env/return_mean", "critic/vf_loss", "check/prefix_sharing_log_probs_gap", "eval/success")
+    events = EventAccumulator(str(base / "run1" / "tensorboard"))
+    events.Reload()
+    for key in keys:
+        logged = {e.step: e.value for e in events.Scalars(key)}
+        expected = {step: r[key] for step, r in records.items() if key in r}
+        assert logged.keys() == expected.keys(), key
+        assert all(abs(logged[s] - expected[s]) <= 1e-6 * max(1.0, abs(expected[s])) for s in expected), key
+    history = wandb_history(base / "run1" / "wandb")
+    by_step = {row["_step"]: row for row in history}
+    for key in keys:
+        expected = {step: r[key] for step, r in records.items() if key in r}
+        assert {s for s in by_step if key in by_step[s]} == expected.keys(), key
+        assert all(abs(by_step[s][key] - v) <= 1e-6 * max(1.0, abs(v)) for s, v in expected.items()), key
+    assert f"tensorboard: {base / 'run1' / 'tensorboard'}" in proc.stdout and "wandb: offline" in proc.stdout
+
+
+def test_eval_takes_the_run_folder(runs, tmp_path):
+    """``verlog eval --model RUN_DIR``: the latest complete checkpoint's actor, its FSDP shards merged on demand into
+    a Hugging Face folder; the console fits a screen (vLLM's lines in OUT/logs/eval.log)."""
+    base, _, _ = runs
+    run = base / "run1"
+    out = tmp_path / "eval"
+    args = [sys.executable, "-m", "verlog", "eval", "--model", str(run), "--tasks", "babyai/goto", "--episodes", "2"]
+    args += ["--max-steps", "3", "--max-prompt-tokens", "512", "--max-tokens", "16", "--out", str(out)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    merged = run / "checkpoints" / "global_step_3" / "actor" / "huggingface_merged"
+    assert (merged / "model.safetensors").is_file() and (merged / "tokenizer_config.json").is_file()
+    assert f"model {merged}" in proc.stdout and "merging the FSDP shards" in proc.stdout
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert len(lines) <= 20 and not [x for x in lines if "INFO" in x or "WARNING" in x], "\n".join(lines)
+    assert json.loads((out / "summary.json").read_text())["environments"]["babyai"]["tasks"]["goto"]
+    assert "vllm" in (out / "logs" / "eval.log").read_text().lower()
 
 
 def test_prefix_sharing_is_checked_against_verls_path(runs):

@@ -1,0 +1,144 @@
+"""The model a training run trained, as a Hugging Face folder: what ``verlog eval --model RUN_DIR`` loads.
+
+A run folder (``OUTPUT_DIR``), its ``checkpoints/`` folder, one ``global_step_K`` folder or its ``actor/`` folder
+all designate the actor of a checkpoint: the latest complete one (the tracker ``latest_checkpointed_iteration.txt``
+names only complete ones, docs/reliability.md) unless a step is given. verl keeps the actor as FSDP shards plus a
+``huggingface/`` folder with the config and tokenizer, and full weights there only when
+``checkpoint.save_contents`` includes ``hf_model``; without them the shards are merged on demand with verl's model
+merger into ``actor/huggingface_merged/`` (once; later calls find it), written to a temporary folder that is renamed
+into place when complete, so a kill never leaves half a model that looks complete.
+
+verl's model merger lives here (verlog/trainer/ is where verl's internals are used, checked against its version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from verlog.errors import VerlogError
+from verlog.model_folder import has_weights
+from verlog.run_folder import CHECKPOINTS, TRACKER, latest_step, step_folder
+
+HF_SUBFOLDER = "huggingface"
+"""The Hugging Face folder inside a checkpoint's ``actor/`` (verl's name)."""
+SHARD_GLOB = "model_world_size_*_rank_*.pt"
+"""verl's FSDP model shards in a checkpoint's ``actor/`` folder."""
+MERGED_SUBFOLDER = "huggingface_merged"
+"""Where verlog merges the shards of a checkpoint's ``actor/`` without Hugging Face weights (config, weights,
+tokenizer and chat template: a complete Hugging Face folder)."""
+
+
+class CheckpointModelError(VerlogError, ValueError):
+    """A run or checkpoint folder that holds no model to load: the message names what is missing and the fix."""
+
+
+def checkpoint_actor(path: str | os.PathLike[str]) -> Path | None:
+    """The ``actor/`` folder of the checkpoint that ``path`` designates (a run folder, its checkpoints/ folder, a
+    ``global_step_K`` folder or an ``actor/`` folder), or None when ``path`` is none of these.
+
+    Raises:
+        CheckpointModelError: a run or checkpoints folder without a complete checkpoint.
+    """
+    root = Path(path).expanduser()
+    if root.name == HF_SUBFOLDER and any(root.parent.glob(SHARD_GLOB)):  # actor/huggingface/ given itself
+        root = root.parent
+    if any(root.glob(SHARD_GLOB)) and (root / HF_SUBFOLDER).is_dir():
+        return root
+    if (root / "actor").is_dir():
+        return root / "actor"
+    checkpoints = root / CHECKPOINTS if (root / CHECKPOINTS).is_dir() else root
+    if not (checkpoints / TRACKER).exists() and not any(checkpoints.glob("global_step_*")):
+        return None
+    step = latest_step(checkpoints)
+    if step is None:
+        raise CheckpointModelError(
+            f"{checkpoints} holds no complete checkpoint (no {TRACKER}): the run saved none yet; wait for one "
+            "(checkpoint.save_freq) or give a global_step_K folder"
+        )
+    actor = step_folder(checkpoints, step) / "actor"
+    if not actor.is_dir():
+        raise CheckpointModelError(f"{actor} is missing although {checkpoints / TRACKER} names iteration {step}")
+    return actor
+
+
+def trained_model_folder(path: str | os.PathLike[str], on_merge: Callable[[str], None] | None = None) -> Path | None:
+    """The Hugging Face folder (config, weights, tokenizer) of the checkpoint ``path`` designates, merging verl's
+    FSDP shards into ``actor/huggingface_merged/`` when ``actor/huggingface/`` holds no weights; None when ``path``
+    is not a run or checkpoint folder (then it is taken as a Hugging Face folder as is).
+
+    Args:
+        on_merge: told one line before a merge starts (it takes a few seconds per 100M parameters).
+
+    Raises:
+        CheckpointModelError: no complete checkpoint, no shards to merge, a merge that failed, or a checkpoint
+            folder that cannot be written.
+    """
+    actor = checkpoint_actor(path)
+    if actor is None:
+        return None
+    hf, merged = actor / HF_SUBFOLDER, actor / MERGED_SUBFOLDER
+    if (hf / "config.json").is_file() and has_weights(hf):
+        return hf
+    if (merged / "config.json").is_file() and has_weights(merged):
+        return merged
+    if not any(actor.glob(SHARD_GLOB)):
+        raise CheckpointModelError(
+            f"{actor} holds neither Hugging Face weights nor FSDP shards ({SHARD_GLOB}): the checkpoint is incomplete"
+        )
+    if not (hf / "config.json").is_file():
+        raise CheckpointModelError(
+            f"{hf} holds no config.json: verl saves it with every checkpoint; this one is damaged"
+        )
+    if on_merge is not None:
+        on_merge(f"merging the FSDP shards of {actor} into {merged} (once)")
+    merge_shards(actor, hf, merged)
+    return merged
+
+
+def merge_shards(actor: Path, hf: Path, target: Path) -> None:
+    """Merge the FSDP shards of ``actor`` into a Hugging Face folder ``target`` (config and tokenizer from ``hf``),
+    through a temporary folder beside it, renamed into place when complete."""
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=".verlog-merge-", dir=actor))
+    except OSError as exc:
+        raise CheckpointModelError(
+            f"cannot write into {actor} to merge its shards ({exc.strerror or exc}): copy the checkpoint folder "
+            "somewhere writable and give that"
+        ) from None
+    try:
+        config = ModelMergerConfig(
+            operation="merge",
+            backend="fsdp",
+            target_dir=str(scratch),
+            local_dir=str(actor),
+            hf_model_config_path=str(hf),
+        )
+        chatter = io.StringIO()  # the merger prints its progress; verlog says one line instead
+        try:
+            with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+                merger = FSDPModelMerger(config)
+                merger.merge_and_save()
+                merger.cleanup()
+        except Exception as exc:  # the merger raises ValueError, KeyError, RuntimeError, OSError, ...
+            reason = " ".join(str(exc).split())[:300]
+            raise CheckpointModelError(
+                f"merging the FSDP shards of {actor} failed ({type(exc).__name__}: {reason}); save Hugging Face "
+                "weights with checkpoint.save_contents including hf_model"
+            ) from None
+        if not has_weights(scratch) or not (scratch / "config.json").is_file():
+            raise CheckpointModelError(f"verl's model merger wrote no weights for {actor}")
+        for extra in ("chat_template.jinja", "generation_config.json"):  # what the tokenizer's save may leave out
+            if (hf / extra).is_file() and not (scratch / extra).exists():
+                shutil.copy2(hf / extra, scratch / extra)
+        os.replace(scratch, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
