@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -160,3 +161,22 @@ def test_eval_refuses_to_write_into_a_training_run(tmp_path, tiny_model):
     assert proc.returncode == 2, proc.stderr
     assert "is a training run's folder (it holds metrics.jsonl)" in proc.stderr and "final_eval" in proc.stderr
     assert "Traceback" not in proc.stderr and list(run.iterdir()) == [run / "metrics.jsonl"]
+
+
+def test_an_error_during_the_run_names_the_log(tmp_path, monkeypatch, capsys):
+    """A fault raised inside the quiet console: the command's one error line ends with the log's path."""
+    import verlog.trainer.runner
+    from verlog.commands.train import main
+    from verlog.errors import RunFault
+
+    def failing(cfg):
+        os.write(1, b"a worker's line\n")  # what Ray forwards lands on descriptor 1
+        raise RunFault("the env worker died")
+
+    monkeypatch.setattr(verlog.trainer.runner, "train", failing)
+    out = tmp_path / "run"
+    assert main(["env=toy_delayed", "checkpoint.resume=disable", f"output_dir={out}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("verlog train: error: the env worker died; ")
+    assert err[0].endswith(f"(full log: {out / 'logs' / 'train.log'})")
+    assert "a worker's line" in (out / "logs" / "train.log").read_text()

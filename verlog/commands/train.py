@@ -35,6 +35,13 @@ def resume_hint(cfg: object) -> str:
     return f"resume from the last complete checkpoint (iteration {step}) with checkpoint.resume=auto"
 
 
+def log_note(exc: BaseException) -> str:
+    """`` (full log: PATH)`` for an error raised while the run's log was being written (:func:`train_quietly` marks
+    it), else ''."""
+    log = getattr(exc, "verlog_log", None)
+    return f" (full log: {log})" if log else ""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from verlog.commands.common import add_import_argument
     from verlog.config.compose import DEFAULT_CONFIG_DIR
@@ -114,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"[verlog] --overwrite: removed {', '.join(str(p) for p in removed)}", flush=True)
         train_quietly(cfg, verbose=getattr(args, "verbose", False))
     except RunFault as exc:  # a fault during the run (docs/reliability.md): what died, and how to resume
-        print(f"verlog train: error: {exc}; {resume_hint(cfg)}", file=sys.stderr)
+        print(f"verlog train: error: {exc}; {resume_hint(cfg)}{log_note(exc)}", file=sys.stderr)
         return EXIT_FAULT
     except VerlogError as exc:  # a bad setting, a folder in use; or one verl would fail on later (the verl: section)
-        print(f"verlog train: error: {exc}", file=sys.stderr)
+        print(f"verlog train: error: {exc}{log_note(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         lock.release()
@@ -141,9 +148,9 @@ def train_quietly(cfg: Any, verbose: bool = False) -> None:
             if console.active:
                 say(f"[verlog] logs of Ray's workers, verl and vLLM: {log} (--verbose shows them here)")
             runner.train(cfg)
-    except (KeyboardInterrupt, VerlogError):
+    except VerlogError as exc:  # the command's one line says what happened, and names the log (log_note)
         if not verbose:
-            say(f"[verlog] full log: {log}", err=True)
+            exc.verlog_log = str(log)  # type: ignore[attr-defined]
         raise
     except Exception:
         if not verbose:
