@@ -34,8 +34,12 @@ mismatched one with :class:`EnvStateError` and restores all of its slots or none
 restarts, env errors and unpicklable infos. ``close()``, ``with EnvPool(...)``, garbage collection and
 interpreter exit all stop every worker. The worker side (processes, messages) lives in ``envs/pool_worker.py``.
 
-``in_process=True`` runs the same slots in the calling process (for debugging with pdb and plain tracebacks): env
-exceptions are still turned into ``env_error``, but a hang or ``os._exit`` cannot be caught there.
+Backends (``backend=``): ``"subprocess"`` (the default) runs the workers as spawned processes of this one;
+``"ray"`` runs each worker as a Ray actor, placed on any node of the Ray cluster that has its resources
+(``envs/pool_ray.py``, docs/ray-envs.md), with the same recovery, replay and states; ``"in_process"`` runs the same
+slots in the calling process (for debugging with pdb and plain tracebacks): env exceptions are still turned into
+``env_error``, but a hang or ``os._exit`` cannot be caught there (``in_process=True`` is its old spelling). Every
+backend steps the envs with the same :class:`envs.pool_worker.SlotRunner`.
 """
 
 from __future__ import annotations
@@ -43,11 +47,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,7 +60,7 @@ import numpy as np
 
 from envs.core import TextObservation
 from envs.errors import EnvPoolError, EnvStateError
-from envs.pool_worker import INFO_WARNING, Failure, LocalWorker, ProcessWorker, shutdown
+from envs.pool_worker import INFO_WARNING, Failure, LocalWorker, PoolWorker, ProcessWorker, shutdown
 from envs.registry import registered_factory
 from envs.sealed import ChecksumMismatch, seal, unseal
 
@@ -71,6 +74,30 @@ DRAWN_SEED_END = 2**31 - 1
 _STATE_FORMAT = "verlog.envpool.slot/1"
 _STATE_HEADER = b"verlog.envpool.slot/2\n"  # then a SHA-256 digest of the pickled record, then the record
 _MAX_ATTEMPTS = 3
+
+BACKENDS: tuple[str, ...] = ("subprocess", "ray", "in_process")
+"""Where a pool's workers run (``EnvPool(backend=...)``, ``env.backend``)."""
+
+
+class EnvBackendError(EnvPoolError, ValueError):
+    """An unknown pool backend, or ``backend`` and the old ``in_process`` flag saying different things."""
+
+
+def pool_backend(backend: str | None, in_process: bool = False) -> str:
+    """The backend that ``backend`` and the old ``in_process`` flag choose (None: ``in_process`` decides, so
+    ``in_process=True`` alone means ``"in_process"``); :class:`EnvBackendError` for an unknown one or a conflict."""
+    if backend is None:
+        return "in_process" if in_process else "subprocess"
+    if backend not in BACKENDS:
+        close = difflib.get_close_matches(str(backend), BACKENDS, n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise EnvBackendError(f"unknown env pool backend {backend!r}: use one of {', '.join(BACKENDS)}.{hint}")
+    if in_process and backend != "in_process":
+        raise EnvBackendError(
+            f"in_process=True and backend={backend!r} contradict each other: drop in_process (it means "
+            "backend='in_process')"
+        )
+    return backend
 
 
 def drawn_seeds(first_seed: int, count: int) -> np.ndarray:
@@ -148,23 +175,27 @@ class _Slot:
 
 
 class EnvPool:
-    """N text envs stepped together, in subprocess workers or in-process.
+    """N text envs stepped together, in subprocess workers, Ray actors or in-process.
 
     Args:
         env_ids_or_factories: one entry per slot: a registered env id (``"babyai/goto"``) or a factory callable that
             returns a TextEnv. A single id or factory with ``num_envs`` makes that many slots of it. In subprocess
-            mode a factory must be importable by module path (a module-level function or class, not a lambda);
-            ids are resolved here (unknown ids fail at once) and their factory is sent to the workers.
+            and Ray mode a factory must be importable by module path (a module-level function or class, not a
+            lambda); ids are resolved here (unknown ids fail at once) and their factory is sent to the workers.
         num_envs: number of slots when ``env_ids_or_factories`` is a single id or factory.
-        num_workers: worker processes; default ``min(num_envs, os.cpu_count())`` (1 in-process). Slots are split into
-            contiguous blocks, one block per worker.
+        num_workers: worker processes (or Ray actors); default ``min(num_envs, os.cpu_count())`` (1 in-process).
+            Slots are split into contiguous blocks, one block per worker.
         env_kwargs: keyword arguments for every env (a dict), or one dict per slot.
         step_timeout: seconds one env call (a step, a reset, one replayed step) may run before its worker is
-            declared hung and replaced; None waits forever.
+            declared hung and replaced; None waits forever. A Ray worker is timed from the driver: each slot of a
+            message gets ``step_timeout`` from the previous slot's result (docs/ray-envs.md).
         start_timeout: seconds a worker may take to start and build its envs.
         seed: seeds the per-slot seed streams used when ``reset`` is called without seeds.
         keep_images: send ``TextObservation.image`` back from the workers (dropped by default: it costs pickling).
-        in_process: run the envs in this process (debugging; hangs and hard exits are not caught).
+        backend: ``"subprocess"`` (default), ``"ray"`` or ``"in_process"`` (:data:`BACKENDS`).
+        in_process: the old spelling of ``backend="in_process"`` (debugging; hangs and hard exits are not caught).
+        ray_options: the Ray workers' resource requests (:class:`envs.pool_ray.RayWorkerOptions`; default one CPU
+            per worker); only with ``backend="ray"``.
 
     Not thread-safe: use a pool from one thread.
     """
@@ -181,7 +212,13 @@ class EnvPool:
         seed: int | None = None,
         keep_images: bool = False,
         in_process: bool = False,
+        backend: str | None = None,
+        ray_options: Any = None,
     ) -> None:
+        self.backend = pool_backend(backend, in_process)
+        in_process = self.backend == "in_process"
+        if ray_options is not None and self.backend != "ray":
+            raise EnvBackendError(f"ray_options are for backend='ray', not {self.backend!r}: drop them")
         specs = self._slot_specs(env_ids_or_factories, num_envs)
         n = len(specs)
         kwargs_list = self._slot_kwargs(env_kwargs, n)
@@ -209,7 +246,14 @@ class EnvPool:
         for slot in self._slots:
             slot.draw_seed()
         self._ctx = multiprocessing.get_context("spawn")
-        self._workers: list[Any] = []
+        self._ray_options: Any = None
+        if self.backend == "ray":
+            from envs.pool_ray import RayWorkerOptions, check_resources, connect_ray
+
+            self._ray_options = RayWorkerOptions.of(ray_options)
+            connect_ray()
+            check_resources(self._ray_options)
+        self._workers: list[PoolWorker] = []
         self._finalizer = weakref.finalize(self, shutdown, self._workers)
         self._closed = False
         self._needs_reset = True
@@ -273,14 +317,18 @@ class EnvPool:
         except Exception as exc:
             raise ValueError(
                 f"env factory {spec!r} cannot be sent to a spawned worker ({exc}); use a module-level function or "
-                "class, register an entry point 'package.module:attr', or pass in_process=True"
+                "class, register an entry point 'package.module:attr', or pass backend='in_process'"
             ) from exc
         return spec
 
-    def _new_worker(self, w: int) -> Any:
+    def _new_worker(self, w: int) -> PoolWorker:
         specs = {i: (s.spec, s.kwargs) for i, s in enumerate(self._slots) if s.worker == w}
-        if self.in_process:
+        if self.backend == "in_process":
             return LocalWorker(specs, self.keep_images)
+        if self.backend == "ray":
+            from envs.pool_ray import RayWorker
+
+            return RayWorker(specs, self.keep_images, self._ray_options)
         return ProcessWorker(self._ctx, specs, self.keep_images)
 
     def _check_build(self, w: int, reply: Any) -> None:
@@ -300,40 +348,10 @@ class EnvPool:
     # ------------------------------------------------------------------------------------------- messaging
     def _gather(self, ws: list[int], call_timeout: float | None) -> dict[int, Any]:
         """Collect the replies of workers ``ws`` (already sent); a dead or hung worker gives a :class:`Failure`."""
-        replies: dict[int, Any] = {}
-        pending = []
-        for w in ws:
-            worker = self._workers[w]
-            if isinstance(worker, LocalWorker) or isinstance(worker._reply, Failure):
-                replies[w], worker._reply = worker._reply, None
-            else:
-                pending.append(w)
-        while pending:
-            now = time.monotonic()
-            deadlines = {w: self._workers[w].last_progress() + call_timeout for w in pending} if call_timeout else {}
-            timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
-            waitables = [self._workers[w].conn for w in pending] + [self._workers[w].process.sentinel for w in pending]
-            ready = set(multiprocessing.connection.wait(waitables, timeout=timeout))
-            now = time.monotonic()
-            for w in list(pending):
-                worker = self._workers[w]
-                if worker.conn in ready or worker.process.sentinel in ready:
-                    try:
-                        replies[w] = worker.conn.recv()
-                    except (EOFError, OSError):
-                        worker.process.join(0.5)
-                        replies[w] = self._failure(w, f"the worker process died (exit code {worker.process.exitcode})")
-                    pending.remove(w)
-                elif w in deadlines and worker.last_progress() + call_timeout <= now:
-                    worker.process.kill()
-                    worker.process.join(1.0)
-                    replies[w] = self._failure(w, f"an env call ran longer than step_timeout={call_timeout}s")
-                    pending.remove(w)
-        return replies
-
-    def _failure(self, w: int, reason: str) -> Failure:
-        slot = int(self._workers[w].marker[0])
-        return Failure(slot if slot >= 0 else None, reason)
+        if not ws:
+            return {}
+        kind = type(self._workers[ws[0]])  # every worker of a pool is of one kind
+        return kind.gather({w: self._workers[w] for w in ws}, call_timeout)
 
     def _exchange(self, ws: Sequence[int], cmd: str, payloads: Mapping[int, list[tuple]]) -> dict[int, Any]:
         for w in ws:
@@ -797,8 +815,12 @@ class EnvPool:
         return self._slots[slot].worker
 
     def worker_pids(self) -> list[int | None]:
-        """The worker processes' ids (None in in-process mode)."""
-        return [getattr(getattr(w, "process", None), "pid", None) for w in self._workers]
+        """The worker processes' ids (a Ray actor's process id, on its node; None in in-process mode)."""
+        return [w.pid for w in self._workers]
+
+    def worker_nodes(self) -> list[str | None]:
+        """The Ray node id each worker runs on (None but with ``backend="ray"``, and before a worker answered)."""
+        return [getattr(w, "node_id", None) for w in self._workers]
 
     @property
     def closed(self) -> bool:
@@ -819,5 +841,5 @@ class EnvPool:
         return self.num_envs
 
     def __repr__(self) -> str:
-        mode = "in-process" if self.in_process else f"{self.num_workers} workers"
+        mode = "in-process" if self.in_process else f"{self.num_workers} {self.backend} workers"
         return f"EnvPool({self.num_envs} envs, {mode}, closed={self._closed})"

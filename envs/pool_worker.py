@@ -4,7 +4,12 @@ A worker holds the envs of some slots in a :class:`SlotRunner` and answers comma
 get_state, set_state, attr) with one reply per slot, so one message carries all of a worker's envs. Env exceptions
 become per-slot results (with the traceback); only a dead or hung process is the parent's to detect, which it does
 through the pipe, the process sentinel and a shared ``marker`` that names the slot being run and since when.
-:class:`LocalWorker` runs the same commands in the calling process (``EnvPool(in_process=True)``).
+:class:`LocalWorker` runs the same commands in the calling process (``EnvPool(backend="in_process")``), and
+:class:`envs.pool_ray.RayWorker` in a Ray actor (``backend="ray"``): every backend steps envs with this SlotRunner.
+
+A worker kind gives the pool (:class:`PoolWorker`): ``slots``, ``send(cmd, payload)``, ``stop(grace)``, ``pid`` and
+the class method ``gather(workers, timeout)``, which waits for the replies of the workers sent to, a
+:class:`Failure` for each one that died or ran an env call longer than ``timeout`` (killed then).
 """
 
 from __future__ import annotations
@@ -12,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import multiprocessing.connection
 import os
 import pickle
 import runpy
 import signal
 import time
 import traceback
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from envs.core import TextObservation
 from envs.errors import EnvOutputError, EnvStateError
@@ -105,15 +112,19 @@ class SlotRunner:
             self.marker[1] = time.monotonic()
 
     def handle(self, cmd: str, payload: list[tuple]) -> list[tuple]:
+        """Run ``cmd`` on every item of ``payload`` (``(slot, *args)``); one result per item."""
+        return list(self.run_each(cmd, payload))
+
+    def run_each(self, cmd: str, payload: list[tuple]) -> Iterator[tuple]:
+        """:meth:`handle`, one result at a time, each as soon as its env call is done."""
         method = getattr(self, f"_cmd_{cmd}")
-        results = []
         for item in payload:
             self._begin(item[0])
             try:
-                results.append(method(*item))
+                result = method(*item)
             finally:
                 self._end()
-        return results
+            yield result
 
     def _build(self, slot: int) -> Any:
         old = self.envs.pop(slot, None)
@@ -253,8 +264,8 @@ def _picklable_info(info: dict[str, Any], path: str = "") -> tuple[dict[str, Any
     return out, replaced
 
 
-def _send_reply(conn: Any, results: list[tuple]) -> None:
-    """Send a command's results. Info values that cannot be pickled are replaced by a note (and the info says so
+def reply_bytes(results: list[tuple]) -> bytes:
+    """A command's results, pickled. Info values that cannot be pickled are replaced by a note (and the info says so
     under :data:`INFO_WARNING`); any other result that cannot be pickled becomes a "fatal" one that says so."""
     try:
         data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
@@ -282,7 +293,22 @@ def _send_reply(conn: Any, results: list[tuple]) -> None:
             except Exception:
                 fixed.append(("fatal", f"the env returned something that cannot be pickled ({error!r}): {result!r}"))
         data = pickle.dumps(fixed, protocol=pickle.HIGHEST_PROTOCOL)
-    conn.send_bytes(data)
+    return data
+
+
+def build_with_imports(runner: SlotRunner) -> list[tuple]:
+    """Import the modules the parent recorded (``envs.import_modules``), then build the runner's envs; an import
+    failure is reported with each env that then fails to build (others may not need those modules)."""
+    import_error = None
+    try:
+        import_recorded_modules()
+    except Exception:
+        import_error = traceback.format_exc()
+    built = runner.handle("build", [(slot,) for slot in runner.specs])
+    if import_error is not None:
+        note = f"\n(before building, importing the modules in ${IMPORTS_ENV_VAR} failed:\n{import_error})"
+        built = [r if r[0] == "ok" else (r[0], r[1] + note) for r in built]
+    return built
 
 
 def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool, marker: Any) -> None:
@@ -290,16 +316,7 @@ def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_im
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the workers
     runner = SlotRunner(specs, keep_images, marker)
     try:
-        import_error = None
-        try:  # the modules that registered envs of one's own in the parent (envs.import_modules)
-            import_recorded_modules()
-        except Exception:  # reported with any env that then fails to build (others may not need them)
-            import_error = traceback.format_exc()
-        built = runner.handle("build", [(slot,) for slot in specs])
-        if import_error is not None:
-            note = f"\n(before building, importing the modules in ${IMPORTS_ENV_VAR} failed:\n{import_error})"
-            built = [r if r[0] == "ok" else (r[0], r[1] + note) for r in built]
-        conn.send(built)
+        conn.send(build_with_imports(runner))
         while True:
             try:
                 cmd, payload = conn.recv()
@@ -307,7 +324,7 @@ def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_im
                 break
             if cmd == "close":
                 break
-            _send_reply(conn, runner.handle(cmd, payload))
+            conn.send_bytes(reply_bytes(runner.handle(cmd, payload)))
     except (BrokenPipeError, EOFError, OSError):
         pass
     finally:
@@ -322,7 +339,25 @@ class Failure:
     reason: str
 
 
+class PoolWorker(Protocol):
+    """What :class:`envs.pool.EnvPool` needs of a worker kind (process, in-process, Ray actor)."""
+
+    slots: list[int]
+
+    def send(self, cmd: str, payload: list[tuple]) -> None: ...
+
+    def stop(self, grace: float = 1.0) -> None: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @classmethod
+    def gather(cls, workers: Mapping[int, Any], call_timeout: float | None) -> dict[int, Any]: ...
+
+
 class ProcessWorker:
+    """A spawned process that holds some slots' envs (``worker_main``), talked to through a pipe."""
+
     def __init__(self, ctx: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool) -> None:
         self.slots = list(specs)
         self.marker = ctx.RawArray("d", [-1.0, time.monotonic()])
@@ -342,6 +377,10 @@ class ProcessWorker:
         self.sent_at = time.monotonic()
         self._reply: Any = None
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def send(self, cmd: str, payload: list[tuple]) -> None:
         self.sent_at = time.monotonic()
         self.marker[1] = self.sent_at
@@ -354,12 +393,53 @@ class ProcessWorker:
     def last_progress(self) -> float:
         return max(self.sent_at, self.marker[1])
 
+    def failure(self, reason: str) -> Failure:
+        """A :class:`Failure` naming the slot whose env call the marker says was running."""
+        slot = int(self.marker[0])
+        return Failure(slot if slot >= 0 else None, reason)
+
+    @classmethod
+    def gather(cls, workers: Mapping[int, ProcessWorker], call_timeout: float | None) -> dict[int, Any]:
+        """The replies of ``workers`` (already sent to); a dead worker, or one whose env call ran longer than
+        ``call_timeout`` (then killed), gives a :class:`Failure`."""
+        replies: dict[int, Any] = {}
+        pending = []
+        for w, worker in workers.items():
+            if isinstance(worker._reply, Failure):
+                replies[w], worker._reply = worker._reply, None
+            else:
+                pending.append(w)
+        while pending:
+            now = time.monotonic()
+            deadlines = {w: workers[w].last_progress() + call_timeout for w in pending} if call_timeout else {}
+            timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
+            waitables = [workers[w].conn for w in pending] + [workers[w].process.sentinel for w in pending]
+            ready = set(multiprocessing.connection.wait(waitables, timeout=timeout))
+            now = time.monotonic()
+            for w in list(pending):
+                worker = workers[w]
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    try:
+                        replies[w] = worker.conn.recv()
+                    except (EOFError, OSError):
+                        worker.process.join(0.5)
+                        replies[w] = worker.failure(f"the worker process died (exit code {worker.process.exitcode})")
+                    pending.remove(w)
+                elif call_timeout and worker.last_progress() + call_timeout <= now:
+                    worker.process.kill()
+                    worker.process.join(1.0)
+                    replies[w] = worker.failure(f"an env call ran longer than step_timeout={call_timeout}s")
+                    pending.remove(w)
+        return replies
+
     def stop(self, grace: float = 1.0) -> None:
         stop_process(self.process, self.conn, grace)
 
 
 class LocalWorker:
     """In-process stand-in for a worker: the same commands, run at once in the calling process."""
+
+    pid = None
 
     def __init__(self, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool) -> None:
         self.slots = list(specs)
@@ -368,6 +448,14 @@ class LocalWorker:
 
     def send(self, cmd: str, payload: list[tuple]) -> None:
         self._reply = self.runner.handle(cmd, payload)
+
+    @classmethod
+    def gather(cls, workers: Mapping[int, LocalWorker], call_timeout: float | None) -> dict[int, Any]:
+        """The replies, already made by :meth:`send` (no hang or crash can be caught in-process)."""
+        replies = {}
+        for w, worker in workers.items():
+            replies[w], worker._reply = worker._reply, None
+        return replies
 
     def stop(self, grace: float = 1.0) -> None:
         self.runner.close()
