@@ -67,6 +67,8 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("eval-seeds", [*EVAL, "--seeds", "1,2", "--episodes", "5"], "--episodes does not go with --seeds"),
     ("eval-resume-other", [*EVAL[:-1], "evals/other", "--resume"], "holds another evaluation (--model "),
     ("eval-bool", [*EVAL, "--env-kwargs", '{"binary_reward": "maybe"}'], "takes binary_reward: bool"),
+    ("eval-into-run", [*EVAL[:-1], "old_run"], "--out 'old_run' is a training run's folder (it holds metrics.jsonl, checkpoints)"),
+    ("eval-run-no-checkpoint", [*EVAL[:2], "old_run", *EVAL[3:]], "holds no complete checkpoint"),
     ("tiny-under-file", ["tiny-model", "a_file/model"], "OUT 'a_file/model' cannot be created: "),
     ("tiny-budget", ["tiny-model", "new_model", "--warm-start", "toy/delayed", "--max-prompt-tokens", "10"],
      "do not hold the first prompt of toy/delayed"),
@@ -102,6 +104,8 @@ TABLE: list[tuple[str, list[str], str]] = [
      "verl.actor_rollout_ref.actor.ppo_mini_bach_size: verl's PPO config has no key 'ppo_mini_bach_size' under "
      "verl.actor_rollout_ref.actor. Did you mean verl.actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("train-empty-output", ["train", "--dry-run", "output_dir="], "output_dir is empty"),
+    ("train-tracker-package", ["train", "--dry-run", "logger=[console,mlflow]"],
+     "logger mlflow: its package is not installed: pip install mlflow, or drop mlflow from logger"),
     ("train-max-lag", ["train", "--dry-run", "rollout.async_mode=in_flight", "rollout.max_lag=100000"],
      "rollout.max_lag: 100000 iterations ahead"),
     ("train-vtrace-pipeline", ["train", "--dry-run", "rollout.async_mode=pipeline", "algorithm.turn_trace=vtrace"],
@@ -138,6 +142,7 @@ def world(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "a_file").write_text("a file where a folder is expected")
     (root / "old_run").mkdir()
     (root / "old_run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (root / "old_run" / "checkpoints" / "global_step_1").mkdir(parents=True)  # never committed (no tracker)
     other = root / "evals" / "other"
     other.mkdir(parents=True)
     (other / "episodes.jsonl").write_text("")

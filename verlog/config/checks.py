@@ -22,6 +22,7 @@ from verlog.config import schema
 from verlog.config.compose import MOVED_KEYS
 from verlog.config.problems import Problem
 from verlog.config.schema import ASYNC_MODES, LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_MODES, TrainConfig
+from verlog.config.trackers import missing_tracker_packages
 from verlog.errors import VerlogError
 
 
@@ -242,6 +243,8 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     problems += [p for p in choices if p is not None and p.key not in skipped]
     if not cfg.logger and "logger" not in skipped:
         problems.append(Problem("logger", "logger is empty: give at least one tracking backend, e.g. logger=[console]"))
+    if "logger" not in skipped and not any(p.key == "logger" for p in problems):
+        problems += [Problem("logger", line) for line in missing_tracker_packages([str(n) for n in cfg.logger])]
     resume = cfg.checkpoint.resume
     if resume not in RESUME_MODES and "/" not in resume and "global_step_" not in resume:
         close = difflib.get_close_matches(resume, RESUME_MODES, n=1, cutoff=0.5)
