@@ -270,7 +270,7 @@ def test_last_turn_dataset_masks_only_the_final_answer(demo_dir, tokenizer):
 
 
 @pytest.mark.slow
-def test_two_step_sft_run_writes_a_loadable_changed_model(demo_dir, tmp_path, platform_env):
+def test_two_step_sft_run_writes_a_loadable_changed_model(demo_dir, tmp_path, platform_env, capsys):
     from omegaconf import OmegaConf
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -286,6 +286,14 @@ def test_two_step_sft_run_writes_a_loadable_changed_model(demo_dir, tmp_path, pl
          "train.batch_size=4", "train.steps=2", "train.warmup_ratio=0"],
     )  # fmt: skip
     result = run_sft(config)
+    # the console: verlog's lines, a progress line per step here (about ten in a longer run); verl's output in the log
+    console = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("[verlog sft] ") for line in console), console
+    assert [line.split(" |")[0] for line in console if " step " in line] == [
+        "[verlog sft] step 1/2",
+        "[verlog sft] step 2/2",
+    ]
+    assert "step:2 - " in (tmp_path / "sft" / "logs" / "sft.log").read_text()
     assert result.steps == 2 and len(result.losses) == 2 and all(math.isfinite(x) for x in result.losses)
     assert len(result.val_losses) == 1 and math.isfinite(result.val_losses[0])
     model_dir = Path(result.model_dir)

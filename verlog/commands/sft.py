@@ -24,6 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="check the data (tapes are converted into <output_dir>/data), print the torchrun command, stop",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show verl's SFT trainer output on the terminal (by default it goes to <output_dir>/logs/sft.log)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         path = str(moved)
     try:
         config = load_config(path, items)
-        result = run_sft(config, dry_run=args.dry_run)
+        result = run_sft(config, dry_run=args.dry_run, verbose=getattr(args, "verbose", False))
     except (SFTConfigError, SFTDataError) as exc:  # a bad input, found before anything was launched
         raise UsageError(str(exc)) from None
     except SFTRunError as exc:  # verl's trainer failed: not an input the command could check

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verlog.run_summary import duration
 from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
 from verlog.sft.data import DataReport, check_data, data_texts, resolve_data
 from verlog.sft.tapes import TapeSelection, is_tapes, select_episodes, write_tape_rows
@@ -23,6 +24,8 @@ TAPE_DATA = "data"
 """Where the rows made from tapes go, under ``output_dir`` (train.parquet, val.parquet, tapes.json)."""
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "sft_metrics.jsonl"
+SFT_LOG = "logs/sft.log"
+"""verl's SFT trainer's output, under ``output_dir`` (appended at every start)."""
 _STEP_LINE = re.compile(r"(?:^|\W)step:(\d+) - (.*)$")  # tqdm may print its bar first on the line
 
 
@@ -201,8 +204,10 @@ class SFTResult:
     command: list[str]
 
 
-def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str]:
+def run_sft(config: SFTConfig, *, dry_run: bool = False, verbose: bool = False) -> SFTResult | list[str]:
     """Check the data, launch verl's SFT trainer, export ``<output_dir>/model``; ``dry_run`` returns the command.
+    verl's output goes to ``<output_dir>/logs/sft.log`` and about ten progress lines to the console (``verbose``:
+    verl's output on the console as well).
 
     Tapes (``data.train`` a tapes folder or file) are selected before the model is prepared (an empty selection is
     refused first), then replayed into ``<output_dir>/data`` with the model's tokenizer (a dry run writes them too).
@@ -268,10 +273,14 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False) -> SFTResult | list[str
         flush=True,
     )
     start = time.perf_counter()
-    losses, val_losses, last_step, tail = _stream(command, out / METRICS_FILE)
+    log = out / SFT_LOG
+    total = t.steps if t.steps is not None else t.epochs * steps_per_epoch
+    if not verbose:
+        print(f"[verlog sft] verl's output: {log} (--verbose shows it here)", flush=True)
+    losses, val_losses, last_step, tail = _stream(command, out / METRICS_FILE, log, total, verbose)
     wall = time.perf_counter() - start
     if tail is not None:
-        raise SFTRunError(f"verl's SFT trainer failed ({tail[0]}); its last output lines:\n{tail[1]}")
+        raise SFTRunError(f"verl's SFT trainer failed ({tail[0]}; full log: {log}); its last output lines:\n{tail[1]}")
     checkpoint = _latest_checkpoint(out / CHECKPOINTS)
     model_dir = export_hf_model(checkpoint / "huggingface", out / HF_EXPORT, tokenizer_from=model_path)
     print(f"[verlog sft] done in {wall:.0f} s: model in {model_dir} (use it as model.path of `verlog train`)")
@@ -292,8 +301,11 @@ def _load_tokenizer(model_path: str) -> Any:
         ) from None
 
 
-def _stream(command: list[str], metrics_path: Path) -> tuple[list[float], list[float], int, tuple[str, str] | None]:
-    """Run ``command``, echo its output, collect ``train/loss`` and ``val/loss`` per step into ``metrics_path``."""
+def _stream(
+    command: list[str], metrics_path: Path, log_path: Path, total_steps: int, verbose: bool
+) -> tuple[list[float], list[float], int, tuple[str, str] | None]:
+    """Run ``command``, its output into ``log_path`` (and the console when ``verbose``), ``train/loss`` and
+    ``val/loss`` per step into ``metrics_path``, a progress line about every tenth of ``total_steps``."""
     env = dict(os.environ)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("WANDB_MODE", "disabled")
@@ -301,16 +313,24 @@ def _stream(command: list[str], metrics_path: Path) -> tuple[list[float], list[f
     val_losses: list[float] = []
     last_step = 0
     recent: list[str] = []
+    every = max(1, total_steps // 10)
+    started = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
         open(metrics_path, "w") as metrics,
+        open(log_path, "a", encoding="utf-8") as log,
         subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
         ) as proc,
     ):
         assert proc.stdout is not None
+        log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
         for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            log.write(line)
+            log.flush()
+            if verbose:
+                sys.stdout.write(line)
+                sys.stdout.flush()
             recent = [*recent[-39:], line.rstrip("\n")]
             match = _STEP_LINE.search(line.rstrip())
             if not match:
@@ -323,6 +343,15 @@ def _stream(command: list[str], metrics_path: Path) -> tuple[list[float], list[f
                 val_losses.append(fields["val/loss"])
             metrics.write(json.dumps({"step": step, **fields}) + "\n")
             metrics.flush()
+            if not verbose and "train/loss" in fields and (step % every == 0 or step in (1, total_steps)):
+                elapsed = time.monotonic() - started
+                eta = elapsed / step * max(total_steps - step, 0)
+                numbers = ", ".join(f"{k} {fields[k]:.4f}" for k in ("train/loss", "val/loss") if k in fields)
+                print(
+                    f"[verlog sft] step {step}/{total_steps} | {numbers}, elapsed {duration(elapsed)}, "
+                    f"ETA {duration(eta)}",
+                    flush=True,
+                )
         code = proc.wait()
     failure = None if code == 0 else (f"exit code {code}", "\n".join(recent))
     return losses, val_losses, last_step, failure
