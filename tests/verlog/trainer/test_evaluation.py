@@ -163,7 +163,7 @@ def test_a_failing_evaluation_does_not_stop_training(tmp_path: Path, monkeypatch
     monkeypatch.setattr(verlog.eval.runner, "run_episodes", broken)
     evaluator = TrainingEvaluator.from_config(load_config([*ON, f"output_dir={tmp_path}"]))
     assert evaluator.run(object(), object(), iteration=2) == {"eval/failed": 1.0}
-    assert "[verlog] eval at iteration 2 failed (RuntimeError: env exploded)" in capsys.readouterr().out
+    assert "[verlog] warning: eval at iteration 2 failed (RuntimeError: env exploded)" in capsys.readouterr().err
 
 
 def test_multi_task_runs_evaluate_each_family_on_its_own():
