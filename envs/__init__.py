@@ -28,10 +28,13 @@ from envs.errors import (
     UnknownEnvError,
 )
 from envs.multitask import MultiTaskEnv, UnknownTaskError
-from envs.pool import EnvPool
+from envs.pool import BACKENDS, EnvBackendError, EnvPool
+from envs.pool_ray import RayClusterError, RayResourcesError, RayWorkerOptions
 from envs.registry import import_modules, list_envs, make, register, registered_factory
 
 __all__ = [
+    "BACKENDS",
+    "EnvBackendError",
     "EnvError",
     "EnvImportError",
     "EnvOutputError",
@@ -41,6 +44,9 @@ __all__ = [
     "EnvStateError",
     "GymTextAdapter",
     "MultiTaskEnv",
+    "RayClusterError",
+    "RayResourcesError",
+    "RayWorkerOptions",
     "TextEnv",
     "TextObservation",
     "UnknownEnvError",

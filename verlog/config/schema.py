@@ -32,6 +32,7 @@ __all__ = [
     "CheckpointConfig",
     "CurriculumConfig",
     "EnvConfig",
+    "EnvRayConfig",
     "EvaluationConfig",
     "HardwareConfig",
     "MemoryConfig",
@@ -207,6 +208,20 @@ class AlgorithmConfig:
 
 
 @dataclass
+class EnvRayConfig:
+    """What each env worker asks the Ray cluster for with ``env.backend=ray`` (docs/ray-envs.md).
+
+    Attributes:
+        num_cpus_per_worker: logical CPUs per worker (a Ray actor); 0 places it anywhere.
+        resources: custom Ray resources per worker (e.g. ``{envnode: 1}``: only nodes started with
+            ``ray start --resources='{"envnode": N}'``).
+    """
+
+    num_cpus_per_worker: float = 1.0
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class EnvConfig:
     """The game (configs/env/).
 
@@ -216,10 +231,14 @@ class EnvConfig:
         task: the task the env configs build ``id`` from (``babyai/${.task}``); null where there is none.
         imports: modules imported before ``id`` is resolved (like ``--import MODULE``).
         kwargs: keyword arguments of the env factory (checked by building the env before launch).
-        in_process: false (the default): step the envs in subprocess workers, where an env that crashes, exits or
-            hangs ends only its episode (the worker is replaced); true: in the trainer's process (pdb, plain
-            tracebacks), where a segfault ends the run and a hung step hangs it.
-        num_workers: subprocess workers (null: one per CPU, at most one per slot).
+        backend: where the env workers run: ``subprocess`` (the default: processes of the trainer, where an env
+            that crashes, exits or hangs ends only its episode and the worker is replaced), ``ray`` (Ray actors on
+            any node of the training's Ray cluster, the same recovery; ``env.ray``, docs/ray-envs.md) or
+            ``in_process`` (the trainer's process: pdb, plain tracebacks; a segfault ends the run, a hung step hangs
+            it).
+        in_process: the old spelling of ``backend=in_process`` (true says so in one line).
+        num_workers: workers (null: one per CPU of this machine, at most one per slot).
+        ray: see :class:`EnvRayConfig`.
         tasks: multi-task training: task family -> env id, or -> ``{id, kwargs, weight}`` (kwargs over
             ``env.kwargs``); every slot draws the family of each new episode from the curriculum (``curriculum``,
             docs/curriculum.md). Empty: one task, ``env.id``.
@@ -230,9 +249,11 @@ class EnvConfig:
     task: str | None = None
     imports: list[str] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: str = "subprocess"
     in_process: bool = False
     num_workers: int | None = None
     tasks: dict[str, Any] = field(default_factory=dict)
+    ray: EnvRayConfig = field(default_factory=EnvRayConfig)
 
 
 @dataclass

@@ -33,6 +33,8 @@ def build_rollout(
     curriculum: CurriculumConfig | None = None,
     in_process: bool = True,
     num_workers: int | None = None,
+    backend: str | None = None,
+    ray_options: Mapping[str, Any] | None = None,
     frames: bool = False,
     seed: int = 0,
     run_id: str = "",
@@ -46,6 +48,8 @@ def build_rollout(
         env_id, env_kwargs: ``env.id`` and ``env.kwargs``.
         tasks: ``env.tasks`` (multi-task training: every slot a ``MultiTaskEnv`` whose families ``curriculum`` draws);
             empty or None for one task.
+        in_process, num_workers, backend, ray_options: where the env workers run (:func:`make_env_pool`):
+            ``backend`` (``env.backend``; None leaves it to ``in_process``) and the Ray workers' resources.
         frames: keep observation images for the tapes (turns the family's image switch on).
         group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
         pipeline_groups: slot groups of the ``pipeline`` rollout (``rollout.pipeline_groups`` when
@@ -59,6 +63,8 @@ def build_rollout(
         env_kwargs=pool_kwargs,
         in_process=in_process,
         num_workers=num_workers,
+        backend=backend,
+        ray_options=ray_options,
         seed=seed,
         keep_images=frames,
     )

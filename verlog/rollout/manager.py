@@ -143,20 +143,26 @@ def make_env_pool(
     seed: int = 0,
     step_timeout: float | None = 60.0,
     keep_images: bool = False,
+    backend: str | None = None,
+    ray_options: Any = None,
 ) -> Any:
     """An ``envs.pool.EnvPool`` of ``num_slots`` envs of ``env_id`` (a registered id or ``"module:attr"``);
-    ``keep_images`` sends observation images back from the workers (tape frames)."""
-    from envs.pool import EnvPool
+    ``keep_images`` sends observation images back from the workers (tape frames). ``backend`` (``subprocess``,
+    ``ray``, ``in_process``) chooses where the workers run; None leaves it to ``in_process``. ``ray_options``: the
+    Ray workers' resources (``envs.pool_ray.RayWorkerOptions`` or a dict of its fields)."""
+    from envs.pool import EnvPool, pool_backend
 
+    chosen = pool_backend(backend, in_process if backend is None else False)
     return EnvPool(
         resolve_env_factory(env_id),
         num_envs=num_slots,
         env_kwargs=dict(env_kwargs or {}),
-        in_process=in_process,
+        backend=chosen,
         num_workers=num_workers,
         seed=seed,
-        step_timeout=None if in_process else step_timeout,
+        step_timeout=None if chosen == "in_process" else step_timeout,
         keep_images=keep_images,
+        ray_options=ray_options,
     )
 
 
