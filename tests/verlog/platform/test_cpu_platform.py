@@ -97,8 +97,11 @@ def test_verl_imports_the_platform_itself_and_vllm_linear_keeps_weights():
         from verl.utils.device import get_device_name
         from vllm.model_executor.layers.linear import UnquantizedLinearMethod
         from verlog.platform import cpu
+        from vllm.model_executor.models.utils import WeightsMapper
         import torch
         fn = UnquantizedLinearMethod.process_weights_after_loading
+        mapper = WeightsMapper(orig_to_new_prefix={"model.": "language_model.model."})
+        lora_mapper = mapper.get_unstacked_mapper()  # verl's LoRA loader calls this name (patch 8)
         layer = torch.nn.Module()
         layer.weight = torch.nn.Parameter(torch.randn(64, 32), requires_grad=False)
         layer.bias = None
@@ -111,6 +114,7 @@ def test_verl_imports_the_platform_itself_and_vllm_linear_keeps_weights():
         second = layer.cpu_linear(x, layer.weight, None)
         print(json.dumps({"device": get_device_name(), "linear": getattr(fn, "__verlog_patched__", False),
                           "applied": cpu.applied_patches(), "kept": kept,
+                          "lora_mapper": lora_mapper.orig_to_new_prefix == mapper.orig_to_new_prefix,
                           "first_ok": bool(torch.allclose(first, x @ (layer.weight / 2).t(), atol=1e-2)),
                           "second_ok": bool(torch.allclose(second, x @ layer.weight.t(), atol=1e-2))}))
         """,
@@ -118,8 +122,9 @@ def test_verl_imports_the_platform_itself_and_vllm_linear_keeps_weights():
         VERLOG_PLATFORM="cpu",
     )
     assert out["device"] == "cpu" and out["linear"]
-    assert out["kept"] and out["first_ok"] and out["second_ok"]
+    assert out["kept"] and out["first_ok"] and out["second_ok"] and out["lora_mapper"]
     assert set(out["applied"]) >= {"platform", "vllm_version_alias", "valuehead_sdpa", "process_group_backend"}
+    assert "vllm_lora_mapper_name" in out["applied"]
 
 
 @pytest.mark.slow
