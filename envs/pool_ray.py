@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from envs.errors import EnvPoolError
-from envs.pool_worker import Failure, reply_bytes
+from envs.pool_worker import Failure, import_recorded_note, reply_bytes, with_note
 
 RAY_ADDRESS_VAR = "RAY_ADDRESS"
 _PROBE_SECONDS = 5.0
@@ -183,14 +183,9 @@ class EnvActor:
         import ray
 
         yield pickle.dumps(("taken", os.getpid(), ray.get_runtime_context().get_node_id()))
-        if cmd == "build":
-            from envs.pool_worker import build_with_imports
-
-            for result in build_with_imports(self.runner):
-                yield reply_bytes([result])
-            return
+        note = import_recorded_note() if cmd == "build" else ""
         for result in self.runner.run_each(cmd, payload):
-            yield reply_bytes([result])
+            yield reply_bytes([with_note(result, note)])
 
     def close(self) -> None:
         self.runner.close()

@@ -296,19 +296,19 @@ def reply_bytes(results: list[tuple]) -> bytes:
     return data
 
 
-def build_with_imports(runner: SlotRunner) -> list[tuple]:
-    """Import the modules the parent recorded (``envs.import_modules``), then build the runner's envs; an import
-    failure is reported with each env that then fails to build (others may not need those modules)."""
-    import_error = None
+def import_recorded_note() -> str:
+    """Import the modules the parent recorded (``envs.import_modules``); "" when that worked, else a note to add
+    to each env that then fails to build (others may not need those modules)."""
     try:
         import_recorded_modules()
     except Exception:
-        import_error = traceback.format_exc()
-    built = runner.handle("build", [(slot,) for slot in runner.specs])
-    if import_error is not None:
-        note = f"\n(before building, importing the modules in ${IMPORTS_ENV_VAR} failed:\n{import_error})"
-        built = [r if r[0] == "ok" else (r[0], r[1] + note) for r in built]
-    return built
+        return f"\n(before building, importing the modules in ${IMPORTS_ENV_VAR} failed:\n{traceback.format_exc()})"
+    return ""
+
+
+def with_note(result: tuple, note: str) -> tuple:
+    """A build result with ``note`` added to its error (unchanged when it is ok or there is no note)."""
+    return result if result[0] == "ok" or not note else (result[0], result[1] + note)
 
 
 def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_images: bool, marker: Any) -> None:
@@ -316,7 +316,8 @@ def worker_main(conn: Any, specs: dict[int, tuple[Any, dict[str, Any]]], keep_im
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the workers
     runner = SlotRunner(specs, keep_images, marker)
     try:
-        conn.send(build_with_imports(runner))
+        note = import_recorded_note()
+        conn.send([with_note(r, note) for r in runner.handle("build", [(slot,) for slot in specs])])
         while True:
             try:
                 cmd, payload = conn.recv()
