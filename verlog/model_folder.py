@@ -170,3 +170,47 @@ def tiny_model_problem(sizes: dict[str, Any], prompt_tokens: int, response_token
             "model.tiny.max_position_embeddings"
         )
     return None
+
+
+LORA_RANK_MAX = 512
+"""The largest LoRA rank vLLM serves (its ``max_lora_rank`` choices end at 512; verl rounds a rank up to one)."""
+
+
+def linear_module_names(config: dict[str, Any]) -> set[str]:
+    """The names (last component, e.g. ``q_proj``) of the ``torch.nn.Linear`` layers of a causal LM with this
+    ``config.json`` content, found by building it on the meta device (no weights, no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ModelFolderError("config.json has no model_type: the model's layers cannot be listed")
+    hf_config = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+
+
+def lora_target_problem(config: dict[str, Any], target_modules: Any) -> str | None:
+    """Why ``model.lora.target_modules`` cannot apply to the model of ``config`` (a name it has no linear layer of),
+    or None. ``all-linear`` applies to any model."""
+    if isinstance(target_modules, str):
+        if target_modules == "all-linear":
+            return None
+        targets = [target_modules]
+    else:
+        targets = [str(t) for t in target_modules]
+    if not targets:
+        return "model.lora.target_modules is empty: give all-linear or module names such as [q_proj,v_proj]"
+    try:
+        names = linear_module_names(config)
+    except Exception as exc:  # an architecture transformers does not know: the launch would fail the same way
+        return f"the model's layers cannot be listed to check model.lora.target_modules ({type(exc).__name__}: {exc})"
+    unknown = [t for t in targets if t not in names]
+    if not unknown:
+        return None
+    listed = ", ".join(sorted(names))
+    return (
+        f"model.lora.target_modules names {', '.join(unknown)}, which the model ({config.get('model_type')}) has no "
+        f"linear layer of: its linear layers are {listed}; give some of them, or all-linear"
+    )

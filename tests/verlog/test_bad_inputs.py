@@ -105,6 +105,11 @@ TABLE: list[tuple[str, list[str], str]] = [
      "verl.actor_rollout_ref.actor.ppo_mini_bach_size: verl's PPO config has no key 'ppo_mini_bach_size' under "
      "verl.actor_rollout_ref.actor. Did you mean verl.actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("train-empty-output", ["train", "--dry-run", "output_dir="], "output_dir is empty"),
+    ("train-lora-rank", ["train", "--dry-run", "model.lora.rank=-4"], "model.lora.rank: -4 is not a LoRA rank"),
+    ("train-lora-targets", ["train", "--dry-run", "model.lora.rank=8", "model.lora.target_modules=[q_proj,qkv]"],
+     "model.lora.target_modules names qkv, which the model (qwen2) has no linear layer of: its linear layers are"),
+    ("train-lora-critic", ["train", "--dry-run", "model.lora.critic=true"],
+     "model.lora.critic=true needs model.lora.rank > 0"),
     ("train-tracker-package", ["train", "--dry-run", "logger=[console,mlflow]"],
      "logger mlflow: its package is not installed: pip install mlflow, or drop mlflow from logger"),
     ("train-max-lag", ["train", "--dry-run", "rollout.async_mode=in_flight", "rollout.max_lag=100000"],

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verlog.config import schema
 from verlog.config.compose import MOVED_KEYS
+from verlog.config.env_backend import env_backend_problems
 from verlog.config.problems import Problem
 from verlog.config.schema import ASYNC_MODES, LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_MODES, TrainConfig
 from verlog.config.trackers import missing_tracker_packages
@@ -521,6 +522,7 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
     if not any(key.startswith("tapes") for key in [*skip, *(p.key for p in problems)]):
         problems += check_tapes(cfg)
     problems += check_curriculum(cfg)
+    problems += [Problem("env", p) for p in env_backend_problems(cfg)]
     return problems
 
 

@@ -71,6 +71,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
     problems += output_dir_problems(typed, overwrite)
     problems += check_verl_section(typed)
     problems += check_model(typed)
+    problems += check_lora(typed)
     problems += check_resume(typed)
     if not any(p.key == "checkpoint.resume" for p in problems):
         problems += check_resume_state(typed)
@@ -238,6 +239,67 @@ def check_model(cfg: TrainConfig) -> list[Problem]:
             "Qwen/Qwen2.5-3B-Instruct, or model.build_tiny=true to build a tiny random model there",
         )
     ]
+
+
+def check_lora(cfg: TrainConfig) -> list[Problem]:
+    """``model.lora``: a rank in [0, 512], a positive alpha, and target modules the model has (read from its
+    config.json, or from the tiny model's sizes when ``model.build_tiny`` builds it at launch; a Hub id is checked
+    when it is in the local cache)."""
+    from verlog.model_folder import LORA_RANK_MAX, lora_target_problem, read_config
+
+    lora = cfg.model.lora
+    problems = []
+    if not isinstance(lora.rank, int) or not 0 <= lora.rank <= LORA_RANK_MAX:
+        problems.append(
+            Problem(
+                "model.lora.rank",
+                f"{lora.rank!r} is not a LoRA rank: give an integer from 1 to {LORA_RANK_MAX} "
+                "(e.g. model.lora.rank=16), or 0 to train every weight",
+            )
+        )
+        return problems
+    if lora.rank == 0:
+        if lora.critic:
+            problems.append(
+                Problem(
+                    "model.lora.critic", "model.lora.critic=true needs model.lora.rank > 0 (e.g. model.lora.rank=16)"
+                )
+            )
+        return problems
+    if not isinstance(lora.alpha, (int, float)) or isinstance(lora.alpha, bool) or lora.alpha <= 0:
+        problems.append(
+            Problem("model.lora.alpha", f"{lora.alpha!r} must be a positive number, e.g. model.lora.alpha=32")
+        )
+    folder = Path(cfg.model.path.strip()).expanduser()
+    if (folder / "config.json").is_file():
+        try:
+            config = read_config(folder)
+        except Exception:  # reported by check_model
+            return problems
+    elif cfg.model.build_tiny:
+        config = tiny_model_config(dict(cfg.model.tiny))
+    else:
+        return problems  # a Hub id: its layers are known once it is downloaded
+    problem = lora_target_problem(config, lora.target_modules)
+    if problem is not None:
+        problems.append(Problem("model.lora.target_modules", problem))
+    return problems
+
+
+def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
+    """The config.json content of the tiny Qwen2 ``model.build_tiny`` builds with ``sizes`` (model.tiny)."""
+    from verlog.model_folder import TinyModelSpec
+
+    spec = TinyModelSpec(**{k: v for k, v in sizes.items() if k in TinyModelSpec.__dataclass_fields__})
+    return {
+        "model_type": "qwen2",
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "intermediate_size": spec.intermediate_size,
+        "vocab_size": spec.vocab_size,
+    }
 
 
 def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:

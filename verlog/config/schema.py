@@ -257,6 +257,24 @@ class EnvConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters trained in place of the full weights (verl's FSDP LoRA; vLLM serves the adapter, docs/lora.md).
+
+    Attributes:
+        rank: the adapters' rank; 0 trains every weight (the default).
+        alpha: the scale numerator (the update is ``alpha / rank * B A``).
+        target_modules: the linear layers that get adapters: ``all-linear`` or a list of module names
+            (``[q_proj, v_proj]``), checked against the model before launch.
+        critic: the critic trains LoRA adapters too (on its own copy of the model, value head trained in full).
+    """
+
+    rank: int = 0
+    alpha: int = 16
+    target_modules: Any = "all-linear"
+    critic: bool = False
+
+
+@dataclass
 class ModelConfig:
     """Policy and critic weights (configs/model/).
 
@@ -265,6 +283,7 @@ class ModelConfig:
         path: a local model folder or a Hugging Face id.
         build_tiny: build a tiny random-weight model at ``path`` when it does not exist.
         tiny: sizes for ``verlog.testing.build_tiny_model``.
+        lora: LoRA adapters (:class:`LoraConfig`; ``lora.rank=0``, the default, trains every weight).
     """
 
     name: str = "tiny"
@@ -279,6 +298,7 @@ class ModelConfig:
             "intermediate_size": 128,
         }
     )
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

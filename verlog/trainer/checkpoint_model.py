@@ -6,7 +6,8 @@ names only complete ones, docs/reliability.md) unless a step is given. verl keep
 ``huggingface/`` folder with the config and tokenizer, and full weights there only when
 ``checkpoint.save_contents`` includes ``hf_model``; without them the shards are merged on demand with verl's model
 merger into ``actor/huggingface_merged/`` (once; later calls find it), written to a temporary folder that is renamed
-into place when complete, so a kill never leaves half a model that looks complete.
+into place when complete, so a kill never leaves half a model that looks complete. A LoRA run's checkpoint holds the
+base weights and the adapter: the adapter is folded into the weights there (kept beside them in ``lora_adapter/``).
 
 verl's model merger lives here (verlog/trainer/ is where verl's internals are used, checked against its version).
 """
@@ -29,6 +30,8 @@ HF_SUBFOLDER = "huggingface"
 """The Hugging Face folder inside a checkpoint's ``actor/`` (verl's name)."""
 SHARD_GLOB = "model_world_size_*_rank_*.pt"
 """verl's FSDP model shards in a checkpoint's ``actor/`` folder."""
+ADAPTER_SUBFOLDER = "lora_adapter"
+"""Where verl's model merger puts a LoRA run's adapter (a PEFT folder), inside the merged folder."""
 MERGED_SUBFOLDER = "huggingface_merged"
 """Where verlog merges the shards of a checkpoint's ``actor/`` without Hugging Face weights (config, weights,
 tokenizer and chat template: a complete Hugging Face folder)."""
@@ -105,7 +108,6 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
     """Merge the FSDP shards of ``actor`` into a Hugging Face folder ``target`` (config and tokenizer from ``hf``),
     through a temporary folder beside it, renamed into place when complete."""
     from verl.model_merger.base_model_merger import ModelMergerConfig
-    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
     try:
         scratch = Path(tempfile.mkdtemp(prefix=".verlog-merge-", dir=actor))
@@ -125,7 +127,7 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
         chatter = io.StringIO()  # the merger prints its progress; verlog says one line instead
         try:
             with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
-                merger = FSDPModelMerger(config)
+                merger = full_precision_merger(config)
                 merger.merge_and_save()
                 merger.cleanup()
         except Exception as exc:  # the merger raises ValueError, KeyError, RuntimeError, OSError, ...
@@ -136,9 +138,69 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
             ) from None
         if not has_weights(scratch) or not (scratch / "config.json").is_file():
             raise CheckpointModelError(f"verl's model merger wrote no weights for {actor}")
+        if (scratch / ADAPTER_SUBFOLDER).is_dir():  # a LoRA run: the merger wrote the base weights and the adapter
+            merge_adapter(scratch, scratch / ADAPTER_SUBFOLDER)
         for extra in ("chat_template.jinja", "generation_config.json"):  # what the tokenizer's save may leave out
             if (hf / extra).is_file() and not (scratch / extra).exists():
                 shutil.copy2(hf / extra, scratch / extra)
         os.replace(scratch, target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def merge_adapter(folder: Path, adapter: Path) -> None:
+    """Fold the PEFT LoRA ``adapter`` into the weights of the Hugging Face ``folder`` (in place: its weights become
+    base + ``alpha / r * B A``), so that transformers and vLLM load the trained policy without PEFT. The adapter
+    folder stays beside them (``--adapter-only`` exports it as it is)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+    for old in folder.glob("*.safetensors"):
+        old.unlink()
+    for old in folder.glob("*.safetensors.index.json"):
+        old.unlink()
+    merged.save_pretrained(folder, safe_serialization=True)
+
+
+def full_precision_merger(config: object) -> object:
+    """verl's FSDP model merger, keeping the shards' dtype: verl 0.9.1's casts every tensor to bfloat16, which on a
+    CPU run (fp32 weights, docs/design.md "CPU precision") would evaluate and export another policy than the one
+    trained (layer norms moved by up to 4e-3). Supports FSDP without tensor parallelism (a 1-D device mesh: what
+    verlog trains with); other layouts fall back to verl's merge (bfloat16)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    class FullPrecisionMerger(FSDPModelMerger):  # type: ignore[misc, valid-type]
+        def _load_and_merge_state_dicts(
+            self, world_size: int, total_shards: int, mesh_shape: tuple[int, ...], mesh_dim_names: tuple[str, ...]
+        ) -> dict[str, torch.Tensor]:
+            if len(mesh_shape) != 1 or total_shards != world_size:
+                return super()._load_and_merge_state_dicts(world_size, total_shards, mesh_shape, mesh_dim_names)
+            local = Path(self.config.local_dir)
+            shards = [
+                torch.load(
+                    local / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu", weights_only=False
+                )
+                for rank in range(world_size)
+            ]
+            merged: dict[str, torch.Tensor] = {}
+            for key in shards[0]:
+                parts = [shard[key] for shard in shards]
+                if not isinstance(parts[0], DTensor):
+                    merged[key] = parts[0]
+                    continue
+                placement = parts[0].placements[-1]
+                tensors = [part._local_tensor for part in parts]
+                if placement.is_shard():
+                    merged[key] = torch.cat(tensors, dim=placement.dim).contiguous()
+                elif placement.is_replicate():
+                    merged[key] = tensors[0]
+                else:
+                    return super()._load_and_merge_state_dicts(world_size, total_shards, mesh_shape, mesh_dim_names)
+            return merged
+
+    return FullPrecisionMerger(config)

@@ -27,6 +27,27 @@ def _typed(cfg: TrainConfig | DictConfig) -> TrainConfig:
     return cfg if isinstance(cfg, TrainConfig) else check_config(cfg)
 
 
+def lora_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
+    """verl's LoRA keys for ``model.lora`` (none when ``rank`` is 0): the actor's, and the critic's with
+    ``lora.critic``. verl gives vLLM ``enable_lora`` and a ``max_lora_rank`` rounded up to one vLLM allows, and syncs
+    only the adapter after each update."""
+    lora = cfg.model.lora
+    if lora.rank <= 0:
+        return []
+    targets = lora.target_modules
+    targets_text = targets if isinstance(targets, str) else "[" + ",".join(str(t) for t in targets) + "]"
+    roles = ["actor_rollout_ref.model"] + (["critic.model"] if critic and lora.critic else [])
+    return [
+        override
+        for role in roles
+        for override in (
+            f"{role}.lora_rank={lora.rank}",
+            f"{role}.lora_alpha={lora.alpha}",
+            f"{role}.target_modules={targets_text}",
+        )
+    ]
+
+
 def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     """Hydra override strings for verl's ``ppo_trainer`` config, derived from verlog's config."""
     cfg = _typed(cfg)
@@ -97,6 +118,7 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     ]
     if not critic:
         out.append("critic.enable=False")
+    out += lora_overrides(cfg, critic)
     if ro.async_mode in AHEAD_MODES and alg.rollout_is != "off":
         # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
         # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)

@@ -56,7 +56,9 @@ def pool_kwargs(cfg: DictConfig) -> dict[str, Any]:
     (evaluation steps its envs as training does, and a failed generation is retried as many times)."""
     workers = OmegaConf.select(cfg, "env.num_workers", default=None)
     return {
-        "in_process": bool(OmegaConf.select(cfg, "env.in_process", default=True)),
+        # in-process as training's pool when it is; env.backend=ray evaluates in subprocess workers on the driver
+        "in_process": bool(OmegaConf.select(cfg, "env.in_process", default=True))
+        or OmegaConf.select(cfg, "env.backend", default="subprocess") == "in_process",
         "num_workers": None if workers is None else int(workers),
         "generation_retries": int(OmegaConf.select(cfg, "rollout.generation_retries", default=1)),
     }

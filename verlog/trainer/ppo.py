@@ -48,6 +48,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
+from verlog.config.env_backend import env_pool_arguments
 from verlog.config.schema import TrainConfig
 from verlog.console import say
 from verlog.errors import VerlogError
@@ -199,6 +200,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             max_prompt_tokens=v.rollout.max_prompt_tokens,
             curriculum=v.curriculum,
             in_process=v.env.in_process,
+            **env_pool_arguments(v, say=say),
             num_workers=v.env.num_workers,
             frames=v.tapes.frames,
             seed=v.seed,

@@ -488,3 +488,28 @@ def test_prefix_sharing_conflicts() -> None:
     for value in ("1", "yes", "maybe"):
         (found,) = problems(f"hardware.prefix_sharing={value}")
         assert "is not true or false: write hardware.prefix_sharing=true or hardware.prefix_sharing=false" in found
+
+
+def test_lora_settings_become_verls_keys_for_the_actor_and_optionally_the_critic() -> None:
+    from verlog.trainer.config import verl_overrides
+
+    def lora_keys(*overrides: str) -> list[str]:
+        return [o for o in verl_overrides(load_config(["env=toy_delayed", *overrides])) if "lora" in o or "target" in o]
+
+    assert lora_keys() == []  # rank 0: full fine-tuning, verl's keys untouched
+    assert lora_keys("model.lora.rank=8") == [
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.target_modules=all-linear",
+    ]
+    both = lora_keys(
+        "model.lora.rank=16",
+        "model.lora.alpha=32",
+        "model.lora.critic=true",
+        "model.lora.target_modules=[q_proj,v_proj]",
+    )
+    assert both[3:] == [
+        "critic.model.lora_rank=16",
+        "critic.model.lora_alpha=32",
+        "critic.model.target_modules=[q_proj,v_proj]",
+    ]
