@@ -42,6 +42,17 @@ class TinyModelSpec:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
+    def qwen2_sizes(self) -> dict[str, int]:
+        """The model's sizes under Qwen2Config's names (``vocab_size`` aside: the tokenizer decides it)."""
+        return {
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "max_position_embeddings": self.max_position_embeddings,
+        }
+
     def validate(self) -> None:
         """Raise ValueError naming a size the model cannot have, and the fix."""
         if self.hidden_size % self.num_heads:

@@ -96,7 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.console import say
     from verlog.eval import EvalProtocol, expand_tasks, format_table
     from verlog.eval.protocol import EvalProtocolError
     from verlog.memory import MemoryConfig, check_answer_format

@@ -291,15 +291,7 @@ def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
     from verlog.model_folder import TinyModelSpec
 
     spec = TinyModelSpec(**{k: v for k, v in sizes.items() if k in TinyModelSpec.__dataclass_fields__})
-    return {
-        "model_type": "qwen2",
-        "hidden_size": spec.hidden_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "intermediate_size": spec.intermediate_size,
-        "vocab_size": spec.vocab_size,
-    }
+    return {"model_type": "qwen2", "vocab_size": spec.vocab_size, **spec.qwen2_sizes()}
 
 
 def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:
