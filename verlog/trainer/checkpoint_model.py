@@ -14,14 +14,13 @@ verl's model merger lives here (verlog/trainer/ is where verl's internals are us
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from verlog.console import QuietConsole
 from verlog.errors import VerlogError
 from verlog.model_folder import has_weights
 from verlog.run_folder import CHECKPOINTS, TRACKER, latest_step, step_folder
@@ -35,6 +34,8 @@ ADAPTER_SUBFOLDER = "lora_adapter"
 MERGED_SUBFOLDER = "huggingface_merged"
 """Where verlog merges the shards of a checkpoint's ``actor/`` without Hugging Face weights (config, weights,
 tokenizer and chat template: a complete Hugging Face folder)."""
+MERGE_LOG = "huggingface_merged.log"
+"""The merge's own output (verl's merger, torch, transformers), beside the merged folder in ``actor/``."""
 
 
 class CheckpointModelError(VerlogError, ValueError):
@@ -124,17 +125,18 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
             local_dir=str(actor),
             hf_model_config_path=str(hf),
         )
-        chatter = io.StringIO()  # the merger prints its progress; verlog says one line instead
+        # the merger, torch and transformers print progress and warnings (some through logging handlers bound to
+        # the terminal, which contextlib.redirect_* misses): all of it into actor/MERGE_LOG, at the descriptors
         try:
-            with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+            with QuietConsole(actor / MERGE_LOG, title=f"merge {actor} -> {target}"):
                 merger = full_precision_merger(config)
                 merger.merge_and_save()
                 merger.cleanup()
         except Exception as exc:  # the merger raises ValueError, KeyError, RuntimeError, OSError, ...
             reason = " ".join(str(exc).split())[:300]
             raise CheckpointModelError(
-                f"merging the FSDP shards of {actor} failed ({type(exc).__name__}: {reason}); save Hugging Face "
-                "weights with checkpoint.save_contents including hf_model"
+                f"merging the FSDP shards of {actor} failed ({type(exc).__name__}: {reason}; log: "
+                f"{actor / MERGE_LOG}); save Hugging Face weights with checkpoint.save_contents including hf_model"
             ) from None
         if not has_weights(scratch) or not (scratch / "config.json").is_file():
             raise CheckpointModelError(f"verl's model merger wrote no weights for {actor}")
