@@ -295,3 +295,49 @@ def test_a_lost_node_s_workers_come_back_on_another_node_with_the_resource(clust
         assert got == want and all("env_error" not in r[4] for r in got)
         assert pool.stats == {"worker_restarts": 2, "env_errors": 0}
         assert pool.worker_nodes() == [spare.node_id, spare.node_id]
+
+
+@pytest.mark.e2e
+def test_evaluation_inside_training_steps_its_envs_on_trainings_ray_workers(cluster, tokenizer, monkeypatch) -> None:
+    """``env.backend=ray`` with a resource only the env node has: the in-training evaluation's pool is a Ray pool with
+    training's requests, its workers on that node, and its episodes equal in-process ones."""
+    from verlog.config.compose import load_config
+    from verlog.eval.protocol import EpisodeSpec
+    from verlog.eval.runner import run_episodes
+    from verlog.rollout import SamplingConfig
+    from verlog.trainer.evaluation import pool_kwargs
+
+    _, env_node = cluster
+    cfg = load_config(["env.backend=ray", "env.ray.num_cpus_per_worker=0.25", "env.ray.resources={envnode: 1}"])
+    kwargs = pool_kwargs(cfg)
+    assert kwargs["backend"] == "ray" and kwargs["ray_options"] == {"num_cpus": 0.25, "resources": {"envnode": 1.0}}
+    specs = [EpisodeSpec("toy/delayed", i, 100 + i) for i in range(4)]
+    pools: list[EnvPool] = []
+    nodes: list[str] = []
+    real_init = EnvPool.__init__
+
+    def noted(self, *args, **kw) -> None:  # the real pool, noted to ask where its workers are while it runs
+        real_init(self, *args, **kw)
+        pools.append(self)
+
+    def play(**pool) -> list:
+        sampling = SamplingConfig(max_tokens=16, temperature=0.0)
+        return run_episodes(
+            specs,
+            HashGenerator(tokenizer),
+            tokenizer,
+            sampling,
+            env_kwargs={"length": 3},
+            on_episode=lambda _: nodes.extend(pools[-1].worker_nodes() if pools[-1].backend == "ray" else []),
+            **pool,
+        )
+
+    monkeypatch.setattr(EnvPool, "__init__", noted)
+    got = play(**kwargs)
+    want = play(backend="in_process")
+    assert [p.backend for p in pools] == ["ray", "in_process"]
+    assert nodes and set(nodes) == {env_node}
+    assert [dataclasses.asdict(r) for r in got] == [dataclasses.asdict(r) for r in want]
+    plain = pool_kwargs(load_config([]))
+    assert plain["backend"] == "subprocess" and plain["ray_options"] is None
+    assert pool_kwargs(load_config(["env.in_process=true"]))["backend"] == "in_process"  # the old key

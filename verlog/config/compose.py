@@ -58,11 +58,19 @@ class ConfigKeyError(VerlogError, ValueError):
     """An override names a key (or a config-group option) that verlog's config does not have."""
 
 
+OPEN_MAPPINGS = ("env.ray.resources",)
+"""Keys whose value is a mapping of names a user chooses (Ray resource names): ``KEY={name: 1}`` and
+``KEY.name=1`` set them without Hydra's ``+`` (which a new name would otherwise need)."""
+
+
 def prepare_overrides(overrides: Iterable[str]) -> list[str]:
-    """``overrides`` with ``verl.KEY=VALUE`` rewritten to ``++verl.KEY=VALUE`` (set or add under ``verl:``)."""
+    """``overrides`` with ``verl.KEY=VALUE`` rewritten to ``++verl.KEY=VALUE`` (set or add under ``verl:``), and the
+    same for :data:`OPEN_MAPPINGS`."""
     out = []
     for item in overrides:
-        if item.startswith(PASSTHROUGH_SECTION + ".") and "=" in item:
+        key = item.partition("=")[0]
+        open_mapping = any(key == k or key.startswith(k + ".") for k in OPEN_MAPPINGS)
+        if "=" in item and (item.startswith(PASSTHROUGH_SECTION + ".") or open_mapping):
             item = "++" + item
         out.append(item)
     return out
@@ -264,7 +272,8 @@ def load_config(
             f"no {config_name}.yaml in {folder}: give --config-name of a root config there (e.g. a run's "
             "--config-name config), or leave --config-name out"
         )
-    overrides = prepare_overrides(overrides)
+    given_overrides = list(overrides)
+    overrides = prepare_overrides(given_overrides)
     folders = [folder] if extra is None else [extra, folder]
     search = [] if extra is None else [f"hydra.searchpath=[file://{extra}]"]
     GlobalHydra.instance().clear()
@@ -280,7 +289,7 @@ def load_config(
                     raise ConfigKeyError(f"{exc}: check the overrides (docs/configuration.md)") from exc
                 raise error from exc
     except HydraException as exc:  # e.g. an override Hydra cannot parse (seed=[, run_name=café)
-        unreadable = explain_unparsable(overrides)
+        unreadable = explain_unparsable(given_overrides)  # as the user wrote them
         if unreadable is not None:
             raise unreadable from None
         text = " ".join(str(exc).split())

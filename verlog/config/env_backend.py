@@ -69,3 +69,13 @@ def env_pool_arguments(cfg: Any, say: Callable[[str], None] | None = print) -> d
     if backend == "ray":
         ray_options = {"num_cpus": float(env.ray.num_cpus_per_worker), "resources": dict(env.ray.resources or {})}
     return {"backend": backend, "ray_options": ray_options}
+
+
+def ray_workers_line(pool: Any, ray_options: dict[str, Any] | None) -> str:
+    """One line saying where a Ray env pool's workers are: how many actors, what each asks for, on how many nodes."""
+    options = ray_options or {}
+    asks = {"CPU": options.get("num_cpus", 1.0), **options.get("resources", {})}
+    wanted = ", ".join(f"{name} {amount:g}" for name, amount in asks.items())
+    nodes = {node for node in pool.worker_nodes() if node}
+    where = f" on {len(nodes)} node(s)" if nodes else ""
+    return f"{pool.num_workers} Ray actors ({wanted} each){where} for {pool.num_envs} env slots"

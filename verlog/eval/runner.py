@@ -112,6 +112,8 @@ def run_episodes(
     in_process: bool = True,
     num_workers: int | None = None,
     step_timeout: float | None = 60.0,
+    backend: str | None = None,
+    ray_options: dict[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
     """Play every episode of ``specs`` to its end; records come back in the order of ``specs``.
 
@@ -132,6 +134,9 @@ def run_episodes(
             ``rollout.generation_retries``).
         in_process: step the envs in this process (env exceptions still end only their episode) or, False, in
             ``num_workers`` subprocess workers (a dead or hung worker is replaced too; ``step_timeout`` seconds).
+        backend: the env pool's backend (``subprocess``, ``ray``, ``in_process``; None: from ``in_process``), and
+            ``ray_options`` its Ray workers' requests (``envs.pool.EnvPool``): evaluation inside training places its
+            envs where training's are.
     """
     policy = GeneratorPolicy(generator, tokenizer, sampling, retries=generation_retries)
     return play_episodes(
@@ -148,6 +153,8 @@ def run_episodes(
         in_process=in_process,
         num_workers=num_workers,
         step_timeout=step_timeout,
+        backend=backend,
+        ray_options=ray_options,
     )
 
 
@@ -166,6 +173,8 @@ def play_episodes(
     in_process: bool = True,
     num_workers: int | None = None,
     step_timeout: float | None = 60.0,
+    backend: str | None = None,
+    ray_options: dict[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
     """:func:`run_episodes` with any :class:`~verlog.rollout.stepper.Policy` (and a memory factory)."""
     from envs.pool import EnvPool
@@ -186,14 +195,17 @@ def play_episodes(
             if pool is None or pool.env_ids[: len(wave)] != ids:  # the slots hold other tasks: a new pool
                 if pool is not None:
                     pool.close()
-                workers = None if in_process or num_workers is None else min(num_workers, len(ids))
+                local = backend == "in_process" or (backend is None and in_process)
+                workers = None if local or num_workers is None else min(num_workers, len(ids))
                 pool = EnvPool(
                     ids,
                     env_kwargs=kwargs,
-                    in_process=in_process,
+                    in_process=local,
                     num_workers=workers,
-                    step_timeout=None if in_process else step_timeout,
+                    step_timeout=None if local else step_timeout,
                     keep_images=turn_log is not None,
+                    backend=backend,
+                    ray_options=ray_options,
                 )
                 memories = [memory_factory() for _ in ids]
                 stepper = EpisodeStepper(

@@ -4,7 +4,7 @@ The trainer (:meth:`verlog.trainer.ppo.VerlogPPOTrainer._validate`, called by ve
 ``trainer.test_freq`` iterations, at the last one and, with ``val_before_train``, before a fresh run's first) hands
 this module a generator on verl's vLLM servers; the episodes run through :func:`verlog.eval.runner.run_episodes`, the
 runner of ``verlog eval``, which steps them with training's own loop (:mod:`verlog.rollout.stepper`): a fresh episode
-and memory per seed, ``env.id`` built with training's ``env.kwargs`` in an env pool like training's (``env.in_process``,
+and memory per seed, ``env.id`` built with training's ``env.kwargs`` in an env pool like training's (``env.backend``,
 ``env.num_workers``), training's memory settings, answer format, prompt budget, response length and generation
 retries. Nothing here imports verl.
 
@@ -55,10 +55,21 @@ def pool_kwargs(cfg: DictConfig) -> dict[str, Any]:
     """``run_episodes``' env pool and generation retry keywords from training's ``env`` and ``rollout`` sections
     (evaluation steps its envs as training does, and a failed generation is retried as many times)."""
     workers = OmegaConf.select(cfg, "env.num_workers", default=None)
+    backend = str(OmegaConf.select(cfg, "env.backend", default="subprocess"))
+    if OmegaConf.select(cfg, "env.in_process", default=False) and backend == "subprocess":
+        backend = "in_process"  # the old key (verlog.config.env_backend)
+    ray = OmegaConf.select(cfg, "env.ray", default=None)
+    ray_options = None
+    if backend == "ray":  # training's Ray env workers' requests: the envs may need a node only some have
+        ray_options = {
+            "num_cpus": float(OmegaConf.select(cfg, "env.ray.num_cpus_per_worker", default=1.0)),
+            "resources": dict(OmegaConf.to_container(ray.resources, resolve=True) or {}) if ray is not None else {},
+        }
     return {
-        # in-process as training's pool when it is; env.backend=ray evaluates in subprocess workers on the driver
-        "in_process": bool(OmegaConf.select(cfg, "env.in_process", default=True))
-        or OmegaConf.select(cfg, "env.backend", default="subprocess") == "in_process",
+        # the envs where training's are: in this process, in subprocess workers or in Ray actors
+        "backend": backend,
+        "ray_options": ray_options,
+        "in_process": backend == "in_process",
         "num_workers": None if workers is None else int(workers),
         "generation_retries": int(OmegaConf.select(cfg, "rollout.generation_retries", default=1)),
     }

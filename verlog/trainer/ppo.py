@@ -48,7 +48,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
-from verlog.config.env_backend import env_pool_arguments
+from verlog.config.env_backend import env_pool_arguments, ray_workers_line
 from verlog.config.schema import TrainConfig
 from verlog.console import say
 from verlog.errors import VerlogError
@@ -188,7 +188,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _build_rollout(self) -> RolloutManager:
         """The run's rollout (:func:`verlog.rollout.build.build_rollout`), generating through verl's vLLM servers."""
         v = self.settings
-        return build_rollout(
+        pool_arguments = env_pool_arguments(v, say=say)
+        rollout = build_rollout(
             env_id=str(v.env.id),
             env_kwargs=dict(v.env.kwargs),
             tasks=v.env.tasks,
@@ -200,7 +201,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             max_prompt_tokens=v.rollout.max_prompt_tokens,
             curriculum=v.curriculum,
             in_process=v.env.in_process,
-            **env_pool_arguments(v, say=say),
+            **pool_arguments,
             num_workers=v.env.num_workers,
             frames=v.tapes.frames,
             seed=v.seed,
@@ -209,6 +210,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
             group_size=v.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
             pipeline_groups=v.rollout.pipeline_groups if v.rollout.async_mode == "pipeline" else None,
         )
+        if pool_arguments["backend"] == "ray":
+            say(f"[verlog] env workers: {ray_workers_line(rollout.pool, pool_arguments['ray_options'])}")
+        return rollout
 
     def _estimator(self) -> Estimator:
         """``algorithm.estimator``'s registry entry (verlog/estimators.py)."""

@@ -94,3 +94,16 @@ def test_build_rollout_hands_the_backend_to_the_pool(tokenizer) -> None:
             assert rollout.pool.backend == want
         finally:
             rollout.close()
+
+
+@pytest.mark.parametrize(
+    "override", ["env.ray.resources={envnode: 1}", "env.ray.resources.envnode=1", "+env.ray.resources={envnode: 1}"]
+)
+def test_a_resource_is_set_as_docs_ray_envs_writes_it(override: str) -> None:
+    """docs/ray-envs.md's overrides: a resource name of the user's is set without Hydra's ``+`` (it is not a key of
+    the config), and reaches the pool's requests."""
+    from verlog.config.compose import load_config
+
+    cfg, problems = typed_config(load_config(["env.backend=ray", "env.ray.num_cpus_per_worker=0", override]))
+    assert not problems
+    assert env_pool_arguments(cfg, say=None)["ray_options"] == {"num_cpus": 0.0, "resources": {"envnode": 1.0}}

@@ -3,14 +3,17 @@
 Three processes of ``verlog train`` on babyai/goto (4 slots x 3 turns, episodes of up to 64 steps, so they span
 iterations; the first two through the ``slow`` env wrapper), sharing one tiny model:
 
-1. ``one_step_off`` for 4 iterations, a checkpoint every 2 and an evaluation after iterations 2 and 4: every row
-   from iteration 2 on is exactly one version stale, verl's rollout correction runs, the evaluation names the
-   version it played, and each slot's rows go on from where the previous iteration's stopped.
-2. ``in_flight``, resumed from run 1's iteration-2 checkpoint, which was taken while iteration 3's rows were being
-   collected ahead: iteration 3 trains exactly the rows run 1 collected for it (nothing lost or repeated), iteration
-   4 starts from the same episodes as run 1's; weight updates reach the server while a collect generates, and no
-   trained row is more than ``rollout.max_lag`` versions old.
-3. ``pipeline`` for 2 iterations: two slot groups, one stepping its envs while the other generates.
+1. ``one_step_off`` for 4 iterations with its env workers as Ray actors (``env.backend=ray``), a checkpoint every 2
+   and an evaluation after iterations 2 and 4: every row from iteration 2 on is exactly one version stale, verl's
+   rollout correction runs, the evaluation names the version it played, and each slot's rows go on from where the
+   previous iteration's stopped.
+2. ``in_flight`` with subprocess workers, resumed from run 1's iteration-2 checkpoint, which was taken while
+   iteration 3's rows were being collected ahead: iteration 3 trains exactly the rows run 1 collected for it
+   (nothing lost or repeated; the slots' env states cross from Ray actors to subprocesses), iteration 4 starts from
+   the same episodes as run 1's; weight updates reach the server while a collect generates, and no trained row is
+   more than ``rollout.max_lag`` versions old.
+3. ``pipeline`` for 2 iterations with Ray env workers: two slot groups, one stepping its envs while the other
+   generates.
 """
 
 from __future__ import annotations
@@ -75,11 +78,13 @@ def runs(tiny_model, tmp_path_factory):
     # 3 s per step make a collect (2 slots per env worker x 3 turns: about 18 s) outlast a training step, so the
     # weight update after a step lands while the next collect runs
     slow = ("env.id=slow", "+env.kwargs.inner=babyai/goto")
+    on_ray = ("env.backend=ray", "env.ray.num_cpus_per_worker=0.5")  # env workers as actors of verl's Ray cluster
     _train(
         base / "one_step_off",
         tiny_model,
         ray_dir,
         *slow,
+        *on_ray,
         "+env.kwargs.step_delay_s=0",
         "rollout.async_mode=one_step_off",
         "iterations=4",
@@ -104,6 +109,7 @@ def runs(tiny_model, tmp_path_factory):
         base / "pipeline",
         tiny_model,
         ray_dir,
+        *on_ray,
         "rollout.async_mode=pipeline",
         "rollout.pipeline_groups=2",
         "iterations=2",
@@ -123,6 +129,8 @@ def test_one_step_off_trains_rows_exactly_one_version_old(runs):
         assert "rollout_corr/rollout_is_mean" in metrics[step], "verl's rollout correction did not run"
     # the evaluations waited for the rollout running ahead and played the newest weights, named by version
     assert metrics[2]["eval/policy_version"] == 2 and metrics[4]["eval/policy_version"] == 4
+    for run in ("one_step_off", "pipeline"):  # env.backend=ray: the workers were Ray actors of verl's cluster
+        assert "Ray actors (CPU 0.5 each) for 4 env slots" in (runs / f"{run}.log").read_text(), run
 
 
 def test_each_slot_goes_on_where_the_previous_iteration_stopped(runs):
