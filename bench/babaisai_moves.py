@@ -5,7 +5,7 @@ from its seed and executed actions (a level is a function of task and seed), and
 solver says how many moves a win still takes. An action is *optimal* when that number drops by one (or it wins), and
 *losing* when the level could be won before it and cannot after it (within ``--horizon`` moves). The shares are
 reported per block of training iterations, beside the same measure for uniformly random actions of the env's action
-set on fresh seeds. A by-hand diagnostic of docs/results_long_horizon.md, not a test; the actions are weighted
+set on fresh seeds. A by-hand diagnostic of docs/results/babaisai.md, not a test; the actions are weighted
 equally, so long failing episodes weigh most: read the change between blocks, not the level.
 
     .venv/bin/python bench/babaisai_moves.py outputs/learn-babaisai-v7/ppo_dual/tapes/train.jsonl --block 25

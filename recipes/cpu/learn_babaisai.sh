@@ -4,7 +4,7 @@
 #   demos (the solver, train seeds) -> SFT (to a start of at most 50% success) -> eval SFT model
 #   -> PPO, dual-discount GAE, episodes spanning iterations (bootstrapped with V(s_T)) -> eval
 #   -> PPO with the iteration boundary cut (no bootstrap: the ablation) -> eval
-#   -> PPO, single-discount GAE -> eval -> results (markdown, JSON, learning curves; docs/results_long_horizon.md)
+#   -> PPO, single-discount GAE -> eval -> results (markdown, JSON, learning curves; docs/results/babaisai.md)
 #
 #   bash recipes/cpu/learn_babaisai.sh               # the real run
 #   SMOKE=1 bash recipes/cpu/learn_babaisai.sh       # tiny budgets: checks the chain end to end in minutes
@@ -39,7 +39,7 @@
 #                       EVAL_EVERY [20]
 #   BOUNDARY_CUT, SINGLE_GAE  the two comparisons [1, 1]; each costs another PPO run (about 45 minutes)
 #
-# How these were chosen (docs/results_long_horizon.md has the measured runs):
+# How these were chosen (docs/results/babaisai.md has the measured runs):
 # - two_room-goto_win: the solver's plans are 1-7 moves (mean 3.2 on seeds 0-39); random moves win 17% within 12
 #   steps, 27% within 24: the start bound of 50% leaves room above and below.
 # - Step limit 20 and 5 turns per slot: a failing episode spans 4-5 iterations, a won one usually 1-2; 64 slots for
@@ -53,7 +53,7 @@
 #   43.5 / 55.5% after 100 / 150 / 200 / 300 / 400 steps (validation seeds, memory n = 1): 200 steps reads the
 #   task in part and stays below the start bound (41.5% on the evaluation seeds; 44.5% with memory n = 0).
 # - Actor lr: 3e-4 hardly moved the policy (ppo_kl about 5e-4), 1e-3 collapsed it after 17 iterations; 5e-4 between
-#   them. docs/results_long_horizon.md has every attempt; none has met the target.
+#   them. docs/results/babaisai.md has every attempt; none has met the target.
 set -euo pipefail
 # one { ... } block: bash reads the whole script before running it (see learn_babyai.sh)
 {
@@ -87,7 +87,7 @@ ENV_CONFIG=babaisai
 ENV_ID="babaisai/$TASK"
 START=demos
 DEFAULT_OUTPUT_DIR=outputs/learn-babaisai
-DEFAULT_RESULTS=docs/results_babaisai.md
+DEFAULT_RESULTS=docs/results/babaisai/latest.md
 EXTRA_SETTINGS=(TASK)
 ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
 source "$ROOT/recipes/cpu/learn_common.sh"

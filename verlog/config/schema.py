@@ -155,7 +155,7 @@ class AlgorithmConfig:
         advantage_level: ``token`` (per-token GAE) or ``turn`` (the turn's first-position advantage on every token).
         boundary: what the end of an iteration means for an episode that goes on: ``bootstrap`` (its last row's
             return continues with the critic's ``V(s_T)``, verlog's) or ``cut`` (treated as the episode's end, no
-            bootstrap: what Verlog does at a time limit; for the ablation in docs/results_long_horizon.md).
+            bootstrap: what Verlog does at a time limit; for the ablation in docs/results/long-horizon.md).
         whiten_advantages: normalise advantages over the batch.
         kl_in_reward, kl_coef: KL penalty to the reference policy in the reward, and its coefficient.
         entropy_coeff: entropy bonus of the actor loss.
