@@ -5,12 +5,13 @@ per stage run, written by the recipe), ``settings.env`` (the recipe's settings, 
 run, verl's tracked metrics in ``<ppo run>/metrics.jsonl``. :func:`collect` reads all of it, computing every number
 from the evaluation's per-episode records (``episodes.jsonl``): success rate and mean return with 95% percentile
 bootstrap intervals (:func:`verlog.eval.bootstrap_mean_ci`), and the differences between models paired by seed
-(:func:`verlog.eval.compare_records`). :func:`render_markdown` writes them as docs/results.md; :func:`plot_curves`
-draws success and return against PPO iteration (``env/success_rate``, ``env/return_mean``: the episodes that ended
-in that iteration's rollout). Stages not run yet are reported as missing, so a partial run can be read too.
+(:func:`verlog.eval.compare_records`). :func:`render_markdown` writes them as a results page (docs/results/);
+:func:`plot_curves` draws success and return against PPO iteration (``env/success_rate``, ``env/return_mean``: the
+episodes that ended in that iteration's rollout). Stages not run yet are reported as missing, so a partial run can
+be read too.
 
-    .venv/bin/python bench/learning.py outputs/learn-babyai --out docs/results.md
-    .venv/bin/python bench/learning.py outputs/learn-pickup --out docs/results_pickup.md
+    .venv/bin/python bench/learning.py outputs/learn-babyai --out docs/results/babyai-goto/latest.md
+    .venv/bin/python bench/learning.py outputs/learn-pickup --out docs/results/babyai-pickup.md
 
 A report writer of one recipe, so it lives here and not in the library (issue 14); tests load it by file path
 (tests/bench/test_learning.py).
@@ -298,7 +299,7 @@ class Comparison:
 
 @dataclass
 class LearningResults:
-    """Everything docs/results.md reports about one run folder."""
+    """Everything a results page (docs/results/) reports about one run folder."""
 
     run_dir: Path
     settings: dict[str, str]
@@ -659,7 +660,7 @@ def shown_path(value: str | Path) -> str:
 
 
 def render_markdown(results: LearningResults, png_name: str | None = None) -> str:
-    """docs/results.md for ``results``: settings, numbers with 95% intervals, comparisons, times, curve, verdict."""
+    """The results page for ``results``: settings, numbers with 95% intervals, comparisons, times, curve, verdict."""
     s = {k: shown_path(v) if v.startswith("/") else v for k, v in results.settings.items()}
     recipe = RECIPES.get(results.env_id.partition("/")[0], "learn_babyai.sh")
     lines = [
@@ -1073,7 +1074,7 @@ def _crafter_dict(results: LearningResults) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="the recipe's run folder (its OUTPUT_DIR)")
-    parser.add_argument("--out", default="docs/results.md", help="the markdown to write (default: docs/results.md)")
+    parser.add_argument("--out", default="docs/results/babyai-goto/latest.md", help="the markdown to write")
     parser.add_argument("--bootstrap-resamples", type=int, default=10_000, help="resamples of every interval")
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap resampling")
     parser.add_argument(

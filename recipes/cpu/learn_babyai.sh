@@ -9,7 +9,7 @@
 #   bash recipes/cpu/learn_babyai.sh --dry-run       # print every stage's command; run nothing
 #   OUTPUT_DIR=/tmp/learn PPO_ITERATIONS=40 bash recipes/cpu/learn_babyai.sh
 #   TASK=pickup SFT_STEPS=75 PPO_ITERATIONS=100 EVAL_EVERY=20 SINGLE_GAE=0 OUTPUT_DIR=outputs/learn-pickup \
-#       RESULTS=docs/results_pickup.md bash recipes/cpu/learn_babyai.sh     # the harder task (docs/results_pickup.md)
+#       RESULTS=docs/results/babyai-pickup.md bash recipes/cpu/learn_babyai.sh  # the harder task
 #
 # Every stage writes into one run folder ($OUTPUT_DIR): demos/, sft/ (sft/model is the SFT model), eval_sft/,
 # ppo_dual/, eval_ppo_dual/, ppo_single/, eval_ppo_single/, logs/<stage>.log, timings.jsonl (wall time of each
@@ -19,8 +19,9 @@
 #
 # Settings (environment variables; defaults in brackets, SMOKE=1 values after "smoke:"):
 #   OUTPUT_DIR          the run folder [outputs/learn-babyai; smoke: outputs/learn-babyai-smoke]
-#   RESULTS             the markdown written at the end [docs/results.md; smoke: $OUTPUT_DIR/results.md]; the
-#                       learning curve PNG goes next to it (<name>_curve.png), the numbers to <name>.json
+#   RESULTS             the markdown written at the end [docs/results/babyai-goto/latest.md; smoke:
+#                       $OUTPUT_DIR/results.md]; the learning curve PNG goes next to it (<name>_curve.png), the numbers
+#                       to <name>.json
 #   TASK                BabyAI task kind [goto]
 #   MAX_STEPS           step limit of every episode, in PPO and in evaluation [12; smoke 6]
 #   TIME_LIMIT          what the step limit means in PPO: terminate (failed, as BALROG scores it) or truncate
@@ -53,11 +54,11 @@
 #   PPO_SAVE_FREQ       checkpoint every this many iterations (for resuming) [5]
 #   PYTHON              [.venv/bin/python of the repository]
 #
-# How these were chosen (docs/results.md has the measured runs, the earlier attempts and the same notes at length;
-# docs/learnability.md, "Earlier trials", the trial they come from):
+# How these were chosen (docs/results/babyai-goto.md has the measured runs, the earlier attempts and the same notes
+# at length; docs/learnability.md, "Earlier trials", the trial they come from):
 # - Reward: binary success plus a 0.2 format penalty, ADDED to the env's reward (it used to replace it, which
 #   made PPO learn the format instead of the task). 0.2 rather than 0.1: valid actions after PPO 91.3% against
-#   88.8% (v5 vs v4 in docs/results.md, docs/results_goto_v4.md; the issue asks for 90%).
+#   88.8% (v5 vs v4 in docs/results/babyai-goto.md; the issue asks for 90%).
 # - Answers: the action alone (about 6 tokens with EOS instead of about 36), so PPO trains on the decision and a
 #   192-row iteration costs about 15 s; memory n = 1, prompts of about 270-340 tokens.
 # - Model: 128 hidden x 2 layers (about 0.4M parameters), about 7x faster per row than the earlier 11M model.
@@ -87,7 +88,7 @@ ENV_CONFIG=babyai_goto
 ENV_ID="babyai/$TASK"
 START=demos
 DEFAULT_OUTPUT_DIR=outputs/learn-babyai
-DEFAULT_RESULTS=docs/results.md
+DEFAULT_RESULTS=docs/results/babyai-goto/latest.md
 EXTRA_SETTINGS=(TASK)
 # the env's settings, the same in demos, PPO and evaluation (configs/env/babyai_goto.yaml's, with the step limit)
 ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"

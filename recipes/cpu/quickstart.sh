@@ -72,7 +72,7 @@ echo "[quickstart] PPO with dual-discount GAE on toy/delayed for $ITERATIONS ite
 if [ "$DRY_RUN" = 0 ]; then
     echo "[quickstart] done. The lines above compare the first and last iterations (env/return_mean: a uniform"
     echo "[quickstart] policy scores about 0.33, the best 1.0). Metrics: $OUTPUT_DIR/run/metrics.jsonl; learning curve:"
-    echo "[quickstart] $OUTPUT_DIR/run/learning_curve.png. Next: docs/results.md (BabyAI), docs/configuration.md."
+    echo "[quickstart] $OUTPUT_DIR/run/learning_curve.png. Next: docs/results/babyai-goto.md (BabyAI), docs/configuration.md."
     echo "[quickstart] Evaluate the model it trained on seeds training never draws (from 2**31):"
     echo "[quickstart]   $PYTHON -m verlog eval --model $OUTPUT_DIR/run --tasks toy/delayed --episodes 20 --seed-start 2147483648 --max-prompt-tokens 320 --max-tokens 24 --out $OUTPUT_DIR/eval"
 fi

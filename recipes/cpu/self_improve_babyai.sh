@@ -37,9 +37,10 @@
 #                       false]
 #
 # How it is meant to be read: the start model is the learning recipe's SFT model (about 30% success on goto within
-# 12 steps, docs/results.md), far from the ceiling; its successful episodes are its own best behaviour, so SFT on
-# them sharpens the policy towards it (rejection-sampling fine-tuning). The evaluation seeds are never collected on:
-# seeds of demos [0, 1000), collection [2000000, ...), evaluation [1000000, 1000200); the recipe refuses overlaps.
+# 12 steps, docs/results/babyai-goto.md), far from the ceiling; its successful episodes are its own best behaviour,
+# so SFT on them sharpens the policy towards it (rejection-sampling fine-tuning). The evaluation seeds are never
+# collected on: seeds of demos [0, 1000), collection [2000000, ...), evaluation [1000000, 1000200); the recipe
+# refuses overlaps.
 set -euo pipefail
 # the whole script is one { ... } block: bash reads it completely before running, so editing this file during a
 # (long) run cannot change or break the running copy
