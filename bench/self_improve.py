@@ -8,7 +8,7 @@ seeds, the same for every model). :func:`collect` reads them; every number comes
 (:func:`verlog.eval.bootstrap_mean_ci`), and each round against the start and against the round before, paired by seed
 (:func:`verlog.eval.compare_records`). Rounds not run yet are left out, so a partial run can be read too.
 
-    .venv/bin/python bench/self_improve.py outputs/self-improve-babyai --out docs/results_self_improve.md
+    .venv/bin/python bench/self_improve.py outputs/self-improve-babyai --out docs/results/self-improve.md
 
 A report writer of one recipe, so it lives here and not in the library; tests load it by file path
 (tests/bench/test_self_improve.py).

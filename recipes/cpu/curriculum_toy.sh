@@ -10,7 +10,7 @@
 #
 # Settings (environment variables, defaults in brackets):
 #   OUTPUT_DIR   run folder: model/, uniform/, sec/, logs [outputs/curriculum-toy; smoke: outputs/curriculum-toy-smoke]
-#   RESULTS      the markdown the results writer produces [docs/results_curriculum.md; smoke: $OUTPUT_DIR/results.md]
+#   RESULTS      the markdown the results writer produces [docs/results/curriculum.md; smoke: $OUTPUT_DIR/results.md]
 #   ITERATIONS   PPO iterations of each run [30; smoke 2]
 #   SLOTS, TURNS env slots x turns per slot = rows per iteration [16 x 8]
 #   SEC_ALPHA, SEC_TAU   the SEC run's curriculum.alpha and curriculum.tau [0.5, 1.0: Chen et al. 2025's defaults]
@@ -31,7 +31,7 @@ if [ "$SMOKE" = 1 ]; then
     EVAL_EPISODES="${EVAL_EPISODES:-4}"
 fi
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/outputs/curriculum-toy}"
-RESULTS="${RESULTS:-$ROOT/docs/results_curriculum.md}"
+RESULTS="${RESULTS:-$ROOT/docs/results/curriculum.md}"
 ITERATIONS="${ITERATIONS:-30}"
 SLOTS="${SLOTS:-16}"
 TURNS="${TURNS:-8}"

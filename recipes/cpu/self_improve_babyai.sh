@@ -23,7 +23,7 @@
 # MAX_STEPS, ANSWER_FORMAT, MEMORY_N, FORMAT_PENALTY, DEMO_*, MODEL_*, SFT_STEPS, SFT_BATCH, SFT_LR, EPISODES,
 # EVAL_SEED_START, EVAL_TEMPERATURE, MAX_RESPONSE_TOKENS, MAX_PROMPT_TOKENS), plus:
 #   OUTPUT_DIR          the run folder [outputs/self-improve-babyai; smoke: outputs/self-improve-babyai-smoke]
-#   RESULTS             the markdown written at the end [docs/results_self_improve.md; smoke: $OUTPUT_DIR/results.md]
+#   RESULTS             the markdown written at the end [docs/results/self-improve.md; smoke: $OUTPUT_DIR/results.md]
 #   START_MODEL_PATH    start from this model folder instead of demos -> SFT [unset]
 #   ROUNDS              rounds of collect -> SFT -> evaluate [2; smoke 1]
 #   COLLECT_EPISODES    episodes the current model plays per round [400; smoke 8]
@@ -55,7 +55,7 @@ ENV_CONFIG=babyai_goto
 ENV_ID="babyai/$TASK"
 START=demos
 DEFAULT_OUTPUT_DIR=outputs/self-improve-babyai
-DEFAULT_RESULTS=docs/results_self_improve.md
+DEFAULT_RESULTS=docs/results/self-improve.md
 if [ "${SMOKE:-0}" = 1 ]; then
     ROUNDS="${ROUNDS:-1}"
     COLLECT_EPISODES="${COLLECT_EPISODES:-8}"

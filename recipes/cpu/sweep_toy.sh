@@ -7,14 +7,14 @@
 #    toy/delayed, as the quick start's; about a minute; kept for later runs);
 # 2. runs the sweep into outputs/sweep-toy/sweep, one trial at a time (each a `verlog train` of 8 iterations plus its
 #    evaluation; about 2-3 minutes each on a 2-core CPU); killed, the same command resumes it (finished trials stay);
-# 3. writes the report: docs/sweep_toy/report.md with its plots (REPORT_DIR=... to write it elsewhere).
+# 3. writes the report: docs/results/sweep-toy/report.md with its plots (REPORT_DIR=... to write it elsewhere).
 #
 #   bash recipes/cpu/sweep_toy.sh
 #   bash recipes/cpu/sweep_toy.sh --dry-run      # builds the start model if missing, prints the checked trials
 #   bash recipes/cpu/sweep_toy.sh --parallel 2   # any option of `verlog sweep`
 #
 # Full command: python -m verlog sweep recipes/cpu/sweep_toy.yaml --out outputs/sweep-toy/sweep "$@", then
-# python -m verlog sweep report outputs/sweep-toy/sweep --out docs/sweep_toy
+# python -m verlog sweep report outputs/sweep-toy/sweep --out docs/results/sweep-toy
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,7 +22,7 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 SPACE="recipes/cpu/sweep_toy.yaml"
 MODEL="outputs/sweep-toy/model"  # the space's model.path (relative to the repository root)
 SWEEP_DIR="outputs/sweep-toy/sweep"
-REPORT_DIR="${REPORT_DIR:-docs/sweep_toy}"
+REPORT_DIR="${REPORT_DIR:-docs/results/sweep-toy}"
 
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export RAY_USAGE_STATS_ENABLED=0

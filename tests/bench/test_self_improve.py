@@ -81,7 +81,7 @@ def test_dry_run_chains_rounds_on_disjoint_seeds_with_the_evaluations_prompts(tm
     assert _opt(sft, "data.tapes.success_only") == ("true" if smoke == "0" else "false")
     for key in ("--env-kwargs", "--max-steps", "--temperature", "--max-tokens"):
         assert _opt(collects[0], key) == _opt(ev, key)
-    results = REPO / "docs" / "results_self_improve.md" if smoke == "0" else run / "results.md"
+    results = REPO / "docs" / "results" / "self-improve.md" if smoke == "0" else run / "results.md"
     assert _opt(stages["results"], "--out") == str(results)
 
 
