@@ -71,6 +71,7 @@ from verlog.run_summary import iteration_line
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.engines import SHARING_KEY
+from verlog.trainer.lora_check import SERVER_GAP_WARN, LoraCheck, lora_gaps
 from verlog.trainer.seams import check_seams
 
 PENDING_KEY = "collected_ahead"
@@ -139,6 +140,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         self._bootstrap_checked = False  # the bootstrap values are checked once a run (_bootstrap_value_gap)
         self._sharing_checked: set[str] = set()  # the shared passes checked against verl's, once a run per pass
         self._check_metrics: StepValue[dict[str, float]] = StepValue()  # those checks -> the iteration's log
+        self._lora_check = LoraCheck()  # with model.lora: the adapter reaches vLLM (_check_lora)
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -392,6 +394,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         rows whose generation failed get ``rollout_log_probs`` equal to their old log-probs (importance weight 1)."""
         out, mfu = super()._compute_old_log_prob(batch)
         self._check_sharing(batch, "log_probs", out.batch["old_log_probs"])
+        self._check_lora(batch)
         if "rollout_log_probs" in batch.batch and "generation_failed" in batch.non_tensor_batch:
             # a failed generation has no rollout log-probs (0s): its importance weight is 1, left out of the
             # correction, rather than exp(old log-prob)
@@ -403,6 +406,35 @@ class VerlogPPOTrainer(RayPPOTrainer):
         if self._tapes is not None and self._tapes.enabled and self._estimator().tapes:
             self._entropys.put(int(self.global_steps), out.batch["entropys"])
         return out, mfu
+
+    def _check_lora(self, batch: DataProto) -> None:
+        """With ``model.lora``: the server's, the trainer's and the base model's log-probs of a few rows, at the
+        first iteration and the first after the adapter's first update (:mod:`verlog.trainer.lora_check`)."""
+        if self.settings.model.lora.rank <= 0:
+            return
+        step = int(self.global_steps)
+        sync = self.checkpoint_manager
+        synced = not isinstance(sync, WeightSync) or sync.version == sync.latest
+        updated = step - 1 >= max(int(self.config.trainer.critic_warmup), 1)  # verl updates the actor from then on
+        if not self._lora_check.due(updated, synced):
+            return
+        gaps = lora_gaps(
+            batch,
+            self._world_size() * self._micro_batch_rows(),
+            self.async_rollout_manager.llm_client,
+            trainer=lambda rows: RayPPOTrainer._compute_old_log_prob(self, rows)[0].batch["old_log_probs"],
+            base=lambda rows: RayPPOTrainer._compute_ref_log_prob(self, rows).batch["ref_log_prob"],
+            tag=f"verlog-lora-check-{step}",
+        )
+        self._lora_check.record(updated)
+        self._check_metrics.put(step, {**self._check_metrics.take(step, {}), **gaps})
+        if not gaps.get("check/lora_server_gap", 0.0) <= SERVER_GAP_WARN:  # NaN: the server gave no log-probs
+            say(
+                f"[verlog] warning: the inference server's log-probs differ from the trainer's LoRA actor by up to "
+                f"{gaps['check/lora_server_gap']:.3g} (check/lora_server_gap; the base model's differ by "
+                f"{gaps['check/lora_base_gap']:.3g}): the adapter may not have reached vLLM (docs/lora.md)",
+                err=True,
+            )
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _step_folder(self) -> str:

@@ -115,6 +115,12 @@ SEAMS: tuple[Seam, ...] = (
         "(verlog/trainer/async_rollout.py)",
     ),
     Seam(
+        "verl.trainer.ppo.ray_trainer:RayPPOTrainer._compute_ref_log_prob",
+        'metadata["no_lora_adapter"] = True',
+        "the LoRA check (verlog/trainer/lora_check.py) gets the base model's log-probs from the actor with its "
+        "adapter disabled, verl's reference pass for a LoRA actor",
+    ),
+    Seam(
         "verl.checkpoint_engine.base:CheckpointEngineManager.abort_replicas",
         None,
         "in_flight: running requests are aborted before a weight update (they return their tokens so far)",

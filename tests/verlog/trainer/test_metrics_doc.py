@@ -31,6 +31,7 @@ def test_the_table_parses_and_names_each_metric_once():
         "pipeline",
         "async, evaluation",
         "prefix_sharing",
+        "lora",
     }
 
 
