@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demos": ("verlog.commands.demos", "record scripted-expert demonstrations as SFT parquet (babyai/*, babaisai/*)"),
     "sft": ("verlog.commands.sft", "supervised warm start on demonstrations with verl's SFT trainer"),
     "eval": ("verlog.commands.eval", "evaluate a model BALROG-style: results table, summary JSON, episode records"),
+    "export": ("verlog.commands.export", "a run's policy as a Hugging Face folder (LoRA merged) or a PEFT adapter"),
     "view": ("verlog.commands.view", "one self-contained HTML page of a run: curves, episodes turn by turn"),
     "sweep": ("verlog.commands.sweep", "hyperparameter sweeps of verlog train on Ray Tune, and their diagnosis"),
 }

@@ -70,6 +70,11 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("eval-into-run", [*EVAL[:-1], "old_run"],
      "--out 'old_run' is a training run's folder (it holds metrics.jsonl, checkpoints)"),
     ("eval-run-no-checkpoint", [*EVAL[:2], "old_run", *EVAL[3:]], "holds no complete checkpoint"),
+    ("export-out-taken", ["export", "old_run", "--out", "evals/other"], "--out 'evals/other' exists and is not empty"),
+    ("export-not-a-run", ["export", "models/ok", "--out", "exports/new"], "is a Hugging Face model folder already"),
+    ("export-no-checkpoint", ["export", "old_run", "--out", "exports/new"], "holds no complete checkpoint"),
+    ("export-adapter-only", ["export", "full_ckpt", "--adapter-only", "--out", "exports/new"],
+     "full_ckpt is a full fine-tuning checkpoint (no LoRA adapter): drop --adapter-only"),
     ("tiny-under-file", ["tiny-model", "a_file/model"], "OUT 'a_file/model' cannot be created: "),
     ("tiny-budget", ["tiny-model", "new_model", "--warm-start", "toy/delayed", "--max-prompt-tokens", "10"],
      "do not hold the first prompt of toy/delayed"),
@@ -146,6 +151,9 @@ def world(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (models / "no_weights" / "model.safetensors").unlink()
     (models / "short" / "config.json").write_text(json.dumps({**json.loads(config), "max_position_embeddings": 512}))
     (root / "a_file").write_text("a file where a folder is expected")
+    (root / "full_ckpt" / "actor" / "huggingface").mkdir(parents=True)  # a checkpoint's layout, no LoRA file
+    (root / "full_ckpt" / "actor" / "model_world_size_1_rank_0.pt").write_text("never read: the checks come first")
+    shutil.copy(models / "ok" / "config.json", root / "full_ckpt" / "actor" / "huggingface")
     (root / "old_run").mkdir()
     (root / "old_run" / "metrics.jsonl").write_text('{"step": 1}\n')
     (root / "old_run" / "checkpoints" / "global_step_1").mkdir(parents=True)  # never committed (no tracker)

@@ -8,17 +8,20 @@ names only complete ones, docs/reliability.md) unless a step is given. verl keep
 merger into ``actor/huggingface_merged/`` (once; later calls find it), written to a temporary folder that is renamed
 into place when complete, so a kill never leaves half a model that looks complete. A LoRA run's checkpoint holds the
 base weights and the adapter: the adapter is folded into the weights there (kept beside them in ``lora_adapter/``).
+``verlog export`` (:mod:`verlog.trainer.export`) copies that folder, or its adapter, out of the checkpoint.
 
 verl's model merger lives here (verlog/trainer/ is where verl's internals are used, checked against its version).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from verlog.console import QuietConsole
 from verlog.errors import VerlogError
@@ -34,6 +37,8 @@ ADAPTER_SUBFOLDER = "lora_adapter"
 MERGED_SUBFOLDER = "huggingface_merged"
 """Where verlog merges the shards of a checkpoint's ``actor/`` without Hugging Face weights (config, weights,
 tokenizer and chat template: a complete Hugging Face folder)."""
+LORA_META = "lora_train_meta.json"
+"""verl's record of a LoRA checkpoint's rank and alpha in its ``actor/`` (absent from a full fine-tuning one)."""
 MERGE_LOG = "huggingface_merged.log"
 """The merge's own output (verl's merger, torch, transformers), beside the merged folder in ``actor/``."""
 
@@ -42,56 +47,129 @@ class CheckpointModelError(VerlogError, ValueError):
     """A run or checkpoint folder that holds no model to load: the message names what is missing and the fix."""
 
 
-def checkpoint_actor(path: str | os.PathLike[str]) -> Path | None:
+def checkpoint_actor(path: str | os.PathLike[str], step: int | None = None) -> Path | None:
     """The ``actor/`` folder of the checkpoint that ``path`` designates (a run folder, its checkpoints/ folder, a
     ``global_step_K`` folder or an ``actor/`` folder), or None when ``path`` is none of these.
 
+    Args:
+        step: the iteration K of the checkpoint (``global_step_K``) in a run or checkpoints folder; None = the latest
+            complete one. Given with a ``global_step_K`` or ``actor/`` folder, it must be that folder's K.
+
     Raises:
-        CheckpointModelError: a run or checkpoints folder without a complete checkpoint.
+        CheckpointModelError: a run or checkpoints folder without a complete checkpoint (or without the one asked
+            for), or a checkpoint folder of another iteration than ``step``.
     """
     root = Path(path).expanduser()
     if root.name == HF_SUBFOLDER and any(root.parent.glob(SHARD_GLOB)):  # actor/huggingface/ given itself
         root = root.parent
     if any(root.glob(SHARD_GLOB)) and (root / HF_SUBFOLDER).is_dir():
-        return root
-    if (root / "actor").is_dir():
-        return root / "actor"
-    checkpoints = root / CHECKPOINTS if (root / CHECKPOINTS).is_dir() else root
-    if not (checkpoints / TRACKER).exists() and not any(checkpoints.glob("global_step_*")):
-        return None
-    step = latest_step(checkpoints)
-    if step is None:
+        actor = root
+    elif (root / "actor").is_dir():
+        actor = root / "actor"
+    else:
+        checkpoints = root / CHECKPOINTS if (root / CHECKPOINTS).is_dir() else root
+        if not (checkpoints / TRACKER).exists() and not any(checkpoints.glob("global_step_*")):
+            return None
+        return _step_actor(checkpoints, step)
+    own = checkpoint_step(actor)
+    if step is not None and own != step:
+        raise CheckpointModelError(
+            f"{actor.parent} is the checkpoint of iteration {own}, not {step}: give the run folder with that step, or "
+            f"its global_step_{step} folder"
+        )
+    return actor
+
+
+def checkpoint_step(actor: Path) -> int | None:
+    """The iteration K of the checkpoint whose ``actor/`` folder this is (its parent's name ``global_step_K``)."""
+    name = actor.parent.name
+    tail = name.removeprefix("global_step_")
+    return int(tail) if tail != name and tail.isdigit() else None
+
+
+def checkpoint_steps(checkpoints: Path) -> list[int]:
+    """The iterations of the checkpoint folders (``global_step_K`` with an ``actor/``) in ``checkpoints``, sorted."""
+    steps = (checkpoint_step(folder / "actor") for folder in checkpoints.glob("global_step_*"))
+    return sorted(k for k in steps if k is not None and (step_folder(checkpoints, k) / "actor").is_dir())
+
+
+def _step_actor(checkpoints: Path, step: int | None) -> Path:
+    """The ``actor/`` folder of checkpoint ``step`` in ``checkpoints`` (None: the latest complete one)."""
+    if step is not None:
+        actor = step_folder(checkpoints, step) / "actor"
+        if not actor.is_dir():
+            saved = ", ".join(map(str, checkpoint_steps(checkpoints))) or "none"
+            raise CheckpointModelError(
+                f"{checkpoints} holds no checkpoint of iteration {step} (iterations saved: {saved}): give one of those"
+            )
+        return actor
+    latest = latest_step(checkpoints)
+    if latest is None:
         raise CheckpointModelError(
             f"{checkpoints} holds no complete checkpoint (no {TRACKER}): the run saved none yet; wait for one "
             "(checkpoint.save_freq) or give a global_step_K folder"
         )
-    actor = step_folder(checkpoints, step) / "actor"
+    actor = step_folder(checkpoints, latest) / "actor"
     if not actor.is_dir():
-        raise CheckpointModelError(f"{actor} is missing although {checkpoints / TRACKER} names iteration {step}")
+        raise CheckpointModelError(f"{actor} is missing although {checkpoints / TRACKER} names iteration {latest}")
     return actor
 
 
-def trained_model_folder(path: str | os.PathLike[str], on_merge: Callable[[str], None] | None = None) -> Path | None:
-    """The Hugging Face folder (config, weights, tokenizer) of the checkpoint ``path`` designates, merging verl's
-    FSDP shards into ``actor/huggingface_merged/`` when ``actor/huggingface/`` holds no weights; None when ``path``
-    is not a run or checkpoint folder (then it is taken as a Hugging Face folder as is).
+def lora_settings(actor: Path) -> dict[str, Any] | None:
+    """A LoRA checkpoint's adapter settings as verl records them in ``actor/lora_train_meta.json`` (``r``,
+    ``lora_alpha``, ``task_type``); None for a full fine-tuning checkpoint (verl writes that file for LoRA only).
 
-    Args:
-        on_merge: told one line before a merge starts (it takes a few seconds per 100M parameters).
+    Raises:
+        CheckpointModelError: the file does not parse.
+    """
+    path = actor / LORA_META
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointModelError(f"{path} cannot be read ({exc}): the checkpoint is damaged") from None
+    if not isinstance(meta, dict):
+        raise CheckpointModelError(f"{path} is not a JSON object: the checkpoint is damaged")
+    return meta
+
+
+def trained_model_folder(
+    path: str | os.PathLike[str], on_merge: Callable[[str], None] | None = None, step: int | None = None
+) -> Path | None:
+    """The Hugging Face folder (config, weights, tokenizer) of the checkpoint ``path`` designates
+    (:func:`checkpoint_actor`; ``step`` as there), merged by :func:`actor_model_folder`; None when ``path`` is not a
+    run or checkpoint folder (then it is taken as a Hugging Face folder as is).
 
     Raises:
         CheckpointModelError: no complete checkpoint, no shards to merge, a merge that failed, or a checkpoint
             folder that cannot be written.
     """
-    actor = checkpoint_actor(path)
-    if actor is None:
-        return None
+    actor = checkpoint_actor(path, step)
+    return None if actor is None else actor_model_folder(actor, on_merge)
+
+
+def actor_model_folder(actor: Path, on_merge: Callable[[str], None] | None = None, merged_only: bool = False) -> Path:
+    """The Hugging Face folder of a checkpoint's ``actor/``: ``huggingface/`` when verl saved weights there (not for a
+    LoRA checkpoint: its adapter lives in the shards), else ``huggingface_merged/``, merged from verl's FSDP shards
+    when missing (once; later calls find it).
+
+    Args:
+        on_merge: told one line before a merge starts (it takes a few seconds per 100M parameters).
+        merged_only: always the merged folder (a LoRA checkpoint's adapter is only there, in ``lora_adapter/``).
+
+    Raises:
+        CheckpointModelError: as :func:`trained_model_folder`.
+    """
     hf, merged = actor / HF_SUBFOLDER, actor / MERGED_SUBFOLDER
-    if (hf / "config.json").is_file() and has_weights(hf):
+    full_hf = (hf / "config.json").is_file() and has_weights(hf)
+    if full_hf and not merged_only and lora_settings(actor) is None:
         return hf
     if (merged / "config.json").is_file() and has_weights(merged):
         return merged
     if not any(actor.glob(SHARD_GLOB)):
+        if full_hf and not merged_only:  # a LoRA run that saved Hugging Face weights only
+            return hf
         raise CheckpointModelError(
             f"{actor} holds neither Hugging Face weights nor FSDP shards ({SHARD_GLOB}): the checkpoint is incomplete"
         )
@@ -132,6 +210,8 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
                 merger = full_precision_merger(config)
                 merger.merge_and_save()
                 merger.cleanup()
+                if (scratch / ADAPTER_SUBFOLDER).is_dir():  # a LoRA run: the merger wrote base weights and adapter
+                    merge_adapter(scratch, scratch / ADAPTER_SUBFOLDER)
         except Exception as exc:  # the merger raises ValueError, KeyError, RuntimeError, OSError, ...
             reason = " ".join(str(exc).split())[:300]
             raise CheckpointModelError(
@@ -140,8 +220,7 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
             ) from None
         if not has_weights(scratch) or not (scratch / "config.json").is_file():
             raise CheckpointModelError(f"verl's model merger wrote no weights for {actor}")
-        if (scratch / ADAPTER_SUBFOLDER).is_dir():  # a LoRA run: the merger wrote the base weights and the adapter
-            merge_adapter(scratch, scratch / ADAPTER_SUBFOLDER)
+        record_stored_dtype(scratch)
         for extra in ("chat_template.jinja", "generation_config.json"):  # what the tokenizer's save may leave out
             if (hf / extra).is_file() and not (scratch / extra).exists():
                 shutil.copy2(hf / extra, scratch / extra)
@@ -165,6 +244,35 @@ def merge_adapter(folder: Path, adapter: Path) -> None:
     for old in folder.glob("*.safetensors.index.json"):
         old.unlink()
     merged.save_pretrained(folder, safe_serialization=True)
+
+
+DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+"""safetensors' dtype codes of floating tensors, as transformers names them."""
+
+
+def stored_dtype(folder: Path) -> str | None:
+    """The dtype of the first floating tensor in ``folder``'s safetensors files (read from their headers only)."""
+    for file in sorted(folder.glob("*.safetensors")):
+        with open(file, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        for key, info in header.items():
+            if key != "__metadata__" and info.get("dtype") in DTYPE_NAMES:
+                return DTYPE_NAMES[info["dtype"]]
+    return None
+
+
+def record_stored_dtype(folder: Path) -> None:
+    """Set ``config.json``'s dtype to the one the weights are stored in: verl's merger (and its ``hf_model`` save)
+    writes ``bfloat16`` whatever the weights are, and transformers and vLLM load a folder in its config's dtype."""
+    stored = stored_dtype(folder)
+    path = folder / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if stored is None or config.get("dtype") == stored:
+        return
+    config["dtype"] = stored
+    config.pop("torch_dtype", None)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def full_precision_merger(config: object) -> object:
