@@ -266,6 +266,14 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
                 )
             )
         return problems
+    if lora.critic and not _estimator_has_critic(cfg.algorithm.estimator):
+        problems.append(
+            Problem(
+                "model.lora.critic",
+                f"model.lora.critic=true asks for a LoRA critic, but algorithm.estimator={cfg.algorithm.estimator} "
+                "trains no critic: drop model.lora.critic (or use algorithm.estimator=dual_gae)",
+            )
+        )
     if not isinstance(lora.alpha, (int, float)) or isinstance(lora.alpha, bool) or lora.alpha <= 0:
         problems.append(
             Problem("model.lora.alpha", f"{lora.alpha!r} must be a positive number, e.g. model.lora.alpha=32")
@@ -284,6 +292,14 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
     if problem is not None:
         problems.append(Problem("model.lora.target_modules", problem))
     return problems
+
+
+def _estimator_has_critic(name: str) -> bool:
+    """Whether ``algorithm.estimator`` ``name`` trains a critic (an unknown name is reported by its own check)."""
+    from verlog.estimators import REGISTRY
+
+    entry = REGISTRY.get(name)
+    return entry is None or entry.needs_critic
 
 
 def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
