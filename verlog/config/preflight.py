@@ -266,12 +266,12 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
                 )
             )
         return problems
-    if lora.critic and not _estimator_has_critic(cfg.algorithm.estimator):
+    if lora.critic:  # verl 0.9.1 builds every LoRA model as a causal LM; its value model has no generation methods
         problems.append(
             Problem(
                 "model.lora.critic",
-                f"model.lora.critic=true asks for a LoRA critic, but algorithm.estimator={cfg.algorithm.estimator} "
-                "trains no critic: drop model.lora.critic (or use algorithm.estimator=dual_gae)",
+                "model.lora.critic=true: verl 0.9.1 cannot train a LoRA critic (it wraps the value model as a causal "
+                "LM and the critic fails to start): drop model.lora.critic, the critic then trains in full",
             )
         )
     if not isinstance(lora.alpha, (int, float)) or isinstance(lora.alpha, bool) or lora.alpha <= 0:
@@ -292,14 +292,6 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
     if problem is not None:
         problems.append(Problem("model.lora.target_modules", problem))
     return problems
-
-
-def _estimator_has_critic(name: str) -> bool:
-    """Whether ``algorithm.estimator`` ``name`` trains a critic (an unknown name is reported by its own check)."""
-    from verlog.estimators import REGISTRY
-
-    entry = REGISTRY.get(name)
-    return entry is None or entry.needs_critic
 
 
 def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
