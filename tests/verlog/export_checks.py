@@ -29,6 +29,8 @@ PROMPT = [
     {"role": "user", "content": "You see a red ball 2 steps forward and a wall to your left. What do you do?"},
 ]
 ANSWER = "THINK: the ball is ahead.\nACTION: go forward"
+FLOAT_NOISE = 1e-4
+"""Log-prob gaps between two computations of the same fp32 policy (the training tests' tolerance, docs/stack.md)."""
 LOG_PROBS_LINE = "answer log-probs: "
 """How the subprocess of :func:`vllm_answer_log_probs` hands its result back (a line on stdout, then JSON)."""
 SHARD_NAME = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt")
@@ -122,8 +124,8 @@ def check_adapter_export(run_dir: Path, tmp: Path) -> dict[str, float]:
     - the adapter folder is a PEFT folder naming the run's ``model.path`` as its base, and the shards' frozen base
       weights equal that model's;
     - the merged export's weights are base + alpha / r * B A, computed here from the shards;
-    - PEFT's adapter over that base gives the merged export's log-probs of a fixed prompt and answer (float noise,
-      under 1e-5), and the adapter was trained (some B is not zero).
+    - PEFT's adapter over that base gives the merged export's log-probs of a fixed prompt and answer within
+      :data:`FLOAT_NOISE` (measured 2e-6 to 4e-6), and the adapter was trained (some B is not zero).
 
     Returns the measured gaps: ``weights`` (merged export against base + alpha / r * B A), ``peft_vs_merged`` and
     ``adapter_vs_base`` (log-probs; how far the adapter moved the policy: the caller may ask more of it).
@@ -180,7 +182,7 @@ def check_adapter_export(run_dir: Path, tmp: Path) -> dict[str, float]:
         "peft_vs_merged": max_gap(peft_lp, merged_lp),
         "adapter_vs_base": max_gap(peft_lp, base_lp),
     }
-    assert gaps["peft_vs_merged"] < 1e-5, gaps
+    assert gaps["peft_vs_merged"] < FLOAT_NOISE, gaps
     return gaps
 
 

@@ -263,8 +263,9 @@ def stored_dtype(folder: Path) -> str | None:
 
 
 def record_stored_dtype(folder: Path) -> None:
-    """Set ``config.json``'s dtype to the one the weights are stored in: verl's merger (and its ``hf_model`` save)
-    writes ``bfloat16`` whatever the weights are, and transformers and vLLM load a folder in its config's dtype."""
+    """Set ``config.json``'s dtype to the one the weights are stored in: the config verl keeps in a checkpoint is the
+    base model's (a Qwen2.5 model's says ``bfloat16``) whatever the shards hold, and transformers and vLLM load a
+    folder in its config's dtype."""
     stored = stored_dtype(folder)
     path = folder / "config.json"
     config = json.loads(path.read_text(encoding="utf-8"))

@@ -363,3 +363,94 @@ def test_bootstrap_values_equal_an_ordinary_critic_call(runs):
     gaps = [m["check/bootstrap_value_gap"] for m in metrics if "check/bootstrap_value_gap" in m]
     assert len(gaps) == 1 and "check/bootstrap_value_gap" in metrics[0]  # the first iteration bootstraps
     assert gaps[0] < 1e-4, gaps
+
+
+# ------------------------------------------------------------------------------------------------ export (issue 36)
+def _export_checks():
+    """tests/verlog/export_checks.py, shared with the LoRA end-to-end test."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    import export_checks
+
+    return export_checks
+
+
+@pytest.fixture(scope="module")
+def exported(runs, tmp_path_factory):
+    """``verlog export RUN_DIR``: run1's latest checkpoint (iteration 3) as a Hugging Face folder."""
+    base, _, _ = runs
+    out = tmp_path_factory.mktemp("export") / "policy"
+    args = [sys.executable, "-m", "verlog", "export", str(base / "run1"), "--out", str(out)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return out, proc
+
+
+def test_export_gives_the_checkpoints_log_probs(runs, exported, tmp_path):
+    """The export holds the checkpoint's weights (equal to its FSDP shards, read here without verl's merger); loaded
+    with transformers as it is (its config's dtype), it gives the log-probs of the shards' weights; vLLM, started as
+    ``verlog eval`` starts it, gives the same within the sync tolerance and plays an episode."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    checks = _export_checks()
+    base, _, _ = runs
+    out, proc = exported
+    actor = base / "run1" / "checkpoints" / "global_step_3" / "actor"
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert lines[0].startswith("verlog export: the model of checkpoint ") and "(iteration 3, full" in lines[0]
+    assert lines[-1].startswith(f"verlog export: done: {out}") and len(lines) <= 5, "\n".join(lines)
+    meta = json.loads((out / "verlog_export.json").read_text())
+    assert (meta["step"], meta["contents"], meta["lora"]) == (3, "model", None)
+    assert meta["source"] == str(actor.parent.resolve())
+    assert {"config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja"} <= set(meta["files"])
+
+    shards = checks.shard_state_dict(actor)
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights.keys() <= shards.keys() and all(torch.equal(weights[k], shards[k]) for k in weights)
+    model = AutoModelForCausalLM.from_pretrained(out).eval()  # as anyone loads it: in config.json's dtype
+    assert model.dtype == torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    exported_lp = checks.answer_log_probs(model, tokenizer)
+    reference = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(actor / "huggingface"), dtype=torch.float32)
+    reference.load_state_dict(shards, strict=True)
+    assert checks.max_gap(exported_lp, checks.answer_log_probs(reference.eval(), tokenizer)) < 1e-6  # 0.0
+
+    served_lp = checks.vllm_answer_log_probs(out, tmp_path / "eval")
+    gap = checks.max_gap(served_lp, exported_lp)
+    assert gap < checks.FLOAT_NOISE, (gap, served_lp, exported_lp)  # measured 4.8e-7
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["model"]["path"] == str(out)
+
+
+def test_export_of_an_earlier_step(runs, tmp_path):
+    """``--step 2``: the weights of iteration 2's checkpoint, which the actor's updates in iteration 3 changed."""
+    import torch
+    from safetensors.torch import load_file
+
+    from verlog.cli import main
+
+    checks = _export_checks()
+    base, _, _ = runs
+    out = tmp_path / "step2"
+    assert main(["export", str(base / "run1"), "--step", "2", "--out", str(out)]) == 0
+    assert json.loads((out / "verlog_export.json").read_text())["step"] == 2
+    weights = load_file(str(out / "model.safetensors"))
+    checkpoints = base / "run1" / "checkpoints"
+    step2, step3 = (checks.shard_state_dict(checkpoints / f"global_step_{k}" / "actor") for k in (2, 3))
+    assert all(torch.equal(weights[k], step2[k]) for k in weights)
+    assert not all(torch.equal(weights[k], step3[k]) for k in weights)
+
+
+def test_eval_takes_an_export(exported, tmp_path):
+    """``verlog eval --model EXPORT_DIR``: every check of the command passes and it evaluates (the transformers
+    engine: vLLM loaded the export in the test above, through the engine verlog eval starts)."""
+    from verlog.cli import main
+
+    out, _ = exported
+    args = ["eval", "--model", str(out), "--tasks", "babyai/goto", "--episodes", "1", "--max-steps", "2"]
+    args += ["--engine", "transformers", "--max-prompt-tokens", "512", "--max-tokens", "16", "--out", str(tmp_path)]
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["model"]["path"] == str(out)
