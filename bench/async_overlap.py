@@ -97,7 +97,10 @@ def train(run: Path, model: Path, overrides: list[str], ray_dir: str) -> Path:
 
 
 def iterations(run: Path) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from verlog.files import read_jsonl
+    from verlog.run_folder import RunFolder
+
+    rows = read_jsonl(RunFolder(run).metrics)
     return sorted((r for r in rows if "training/global_step" in r), key=lambda r: r["step"])
 
 

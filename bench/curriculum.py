@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from verlog.eval import bootstrap_mean_ci
-from verlog.run_folder import read_jsonl as read_run_log
+from verlog.files import read_jsonl as read_run_log
+from verlog.run_folder import RunFolder
 
 RUNS = ("uniform", "sec")
 
@@ -75,7 +76,7 @@ def render(run_dir: Path) -> str:
     if "SMOKE=1" in settings:
         lines += ["**SMOKE run: tiny budgets that check the chain. These numbers mean nothing.**", ""]
     for run in RUNS:
-        records = [r for r in read_jsonl(run_dir / run / "metrics.jsonl") if "training/global_step" in r]
+        records = [r for r in read_jsonl(RunFolder(run_dir / run).metrics) if "training/global_step" in r]
         lines += [f"## {run}", ""]
         if not records:
             lines += ["Not run yet.", ""]
@@ -98,7 +99,7 @@ def render(run_dir: Path) -> str:
                 f"| {f} | {100 * early[f]:.0f}% | {100 * late[f]:.0f}% | {last.get(f'curriculum/{f}/prob', 0):.2f} | "
                 f"{last.get(f'curriculum/{f}/q', 0):.3f} | {int(last.get(f'curriculum/{f}/draws', 0))} |"
             )
-        evals = eval_by_family(read_jsonl(run_dir / run / "eval" / "episodes.jsonl"))
+        evals = eval_by_family(read_jsonl(RunFolder(run_dir / run).eval_episodes))
         if evals:
             first_it, last_it = min(evals), max(evals)
             lines += [

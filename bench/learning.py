@@ -33,8 +33,11 @@ import numpy as np
 
 from verlog.errors import VerlogError
 from verlog.eval import EpisodeRecord, Interval, bootstrap_mean_ci, compare_records, read_episode_records
-from verlog.run_folder import read_jsonl as read_run_log
-from verlog.run_folder import step_folder, write_atomically
+from verlog.eval.stats import bootstrap_ci
+from verlog.files import read_jsonl as read_run_log
+from verlog.files import write_atomically
+from verlog.run_folder import METRICS_FILE as METRICS_FILE
+from verlog.run_folder import ROLLOUT_LOG, RunFolder
 
 # stage folders of a run, in the order the recipe runs them
 DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"
@@ -87,8 +90,7 @@ HARDER_TARGET = Target(gain=0.20, ppo_minutes=45.0)
 
 TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "settings.env"
-METRICS_FILE = "metrics.jsonl"
-ROLLOUT_FILE = "rollout.jsonl"
+ROLLOUT_FILE = ROLLOUT_LOG
 NOTES_FILE = "notes.md"
 
 
@@ -99,7 +101,7 @@ class LearningResultsError(VerlogError, ValueError):
 # ------------------------------------------------------------------------------------------------ reading
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped; a torn last line, left by a killed writer, skipped
-    with a warning: :func:`verlog.run_folder.read_jsonl`)."""
+    with a warning: :func:`verlog.files.read_jsonl`)."""
     path = Path(path)
     if not path.is_file():
         raise LearningResultsError(f"{path}: no such file; is this the run folder the recipe wrote?")
@@ -503,11 +505,13 @@ def crafter_measures(
     unlocked = _unlocked(result.records, names)
     kw = {"n_resamples": n_resamples, "seed": seed}
     unlock = {name: bootstrap_mean_ci(unlocked[:, i], **kw) for i, name in enumerate(names)}
-    idx = np.random.default_rng(seed).integers(0, len(unlocked), size=(n_resamples, len(unlocked)))
-    scores = crafter_score(100.0 * unlocked[idx].mean(axis=1))
-    low, high = np.quantile(scores, [0.025, 0.975])
-    estimate = float(crafter_score(100.0 * unlocked.mean(axis=0)))
-    return CrafterMeasures(unlock, Interval(estimate, float(low), float(high), 0.95, n_resamples))
+    score = bootstrap_ci(
+        lambda idx: crafter_score(100.0 * unlocked[idx].mean(axis=-2)),  # idx (B, n) -> (B,); (n,) -> a scalar
+        len(unlocked),
+        estimate=float(crafter_score(100.0 * unlocked.mean(axis=0))),
+        **kw,
+    )
+    return CrafterMeasures(unlock, score)
 
 
 def crafter_score_diff(
@@ -521,11 +525,13 @@ def crafter_score_diff(
         return None
     ua = _unlocked([by_seed_a[k] for k in common], names)
     ub = _unlocked([by_seed_b[k] for k in common], names)
-    idx = np.random.default_rng(seed).integers(0, len(common), size=(n_resamples, len(common)))
-    diffs = crafter_score(100.0 * ua[idx].mean(axis=1)) - crafter_score(100.0 * ub[idx].mean(axis=1))
-    low, high = np.quantile(diffs, [0.025, 0.975])
-    estimate = float(crafter_score(100.0 * ua.mean(axis=0)) - crafter_score(100.0 * ub.mean(axis=0)))
-    return Interval(estimate, float(low), float(high), 0.95, n_resamples)
+    return bootstrap_ci(
+        lambda idx: crafter_score(100.0 * ua[idx].mean(axis=-2)) - crafter_score(100.0 * ub[idx].mean(axis=-2)),
+        len(common),  # one index array for both models: paired by seed
+        estimate=float(crafter_score(100.0 * ua.mean(axis=0)) - crafter_score(100.0 * ub.mean(axis=0))),
+        n_resamples=n_resamples,
+        seed=seed,
+    )
 
 
 def _crafter_results(
@@ -1022,7 +1028,7 @@ def pick_start(run_dir: str | Path, bound: float) -> int:
             file=sys.stderr,
         )
         return 2
-    source = step_folder(run / SFT / "checkpoints", chosen.steps) / "huggingface"
+    source = RunFolder(run / SFT).checkpoint(chosen.steps) / "huggingface"
     if not (source / "config.json").is_file():
         print(f"error: the scan chose {chosen.steps} SFT steps, but {source} holds no model", file=sys.stderr)
         return 1

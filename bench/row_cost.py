@@ -196,7 +196,10 @@ def measure_iteration(model_path: Path, iterations: int, sharing: bool, folder: 
     (folder / f"sharing_{str(sharing).lower()}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"verlog train failed (sharing={sharing}); log in {folder}")
-    records = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    from verlog.files import read_jsonl
+    from verlog.run_folder import RunFolder
+
+    records = read_jsonl(RunFolder(out_dir).metrics)
     records = [r for r in records if "training/global_step" in r][1:]  # the first iteration starts the engines
     keys = ["timing_s/step", "timing_s/gen", *(f"timing_s/{p}" for p in PASSES)]
     result = {k.removeprefix("timing_s/"): statistics.mean(r.get(k, 0.0) for r in records) for k in keys}

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
+from verlog.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ("babyai", "babaisai", "crafter")
@@ -311,7 +312,7 @@ class SoakGame:
 
         from verlog.config.schema import AlgorithmConfig
         from verlog.estimators import Rows, get_estimator
-        from verlog.run_folder import append_jsonl
+        from verlog.files import append_jsonl
 
         start_episodes = self.manager.current_episodes()
         batch = self.manager.collect(self.turns)
@@ -359,7 +360,7 @@ class SoakGame:
                 for e in batch.episodes
             ],
         }
-        append_jsonl(self.folder / "rollout.jsonl", [{"step": step, **log}])
+        append_jsonl(RunFolder(self.folder).rollout_log, [{"step": step, **log}])
         self.log_rows += len(rows)
 
     def _check_faults(self, rows: list[Any]) -> None:
@@ -446,8 +447,9 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in GAMES:  # a fresh soak: old logs would count twice
-        for file in ("faults.jsonl", "metrics.jsonl", "rollout.jsonl", "tapes/train.jsonl"):
-            (out / name / file).unlink(missing_ok=True)
+        run = RunFolder(out / name)
+        for file in (run.root / "faults.jsonl", run.metrics, run.rollout_log, run.train_tapes):
+            file.unlink(missing_ok=True)
     rates = {"raise": args.raise_rate, "exit": args.exit_rate, "hang": args.hang_rate}
     started = time.perf_counter()
     tokenizer = build_tokenizer()
@@ -483,7 +485,7 @@ def summarize(
     trackers: list[int],
     elapsed: float,
 ) -> dict[str, Any]:
-    from verlog.run_folder import read_jsonl
+    from verlog.files import read_jsonl
 
     warm = next(s for s in snapshots if s["iteration"] == args.warmup)
     end = snapshots[-1]
@@ -491,9 +493,10 @@ def summarize(
     per_game = {}
     for game in games:
         injected = game.injected()
-        metrics_lines = len(read_jsonl(game.folder / "metrics.jsonl"))
-        rollout_rows = sum(r["rows"] for r in read_jsonl(game.folder / "rollout.jsonl"))
-        tape_lines = len(read_jsonl(game.folder / "tapes" / "train.jsonl"))
+        run = RunFolder(game.folder)
+        metrics_lines = len(read_jsonl(run.metrics))
+        rollout_rows = sum(r["rows"] for r in read_jsonl(run.rollout_log))
+        tape_lines = len(read_jsonl(run.train_tapes))
         per_game[game.name] = {
             "env_id": game.env_id,
             "rows": game.ledger.rows,

@@ -30,6 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog",
             "verlog.version",
             "verlog.errors",
+            "verlog.files",
+            "verlog.fault_points",
             "verlog.logs",
             "verlog.run_folder",
             "verlog.console",

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from verlog.errors import VerlogError
+from verlog.files import JsonLinesError, json_lines
 
 SCHEMA_VERSION = 3
 """Version of the turn-record schema this verlog writes. 1: evaluation's records (verlog eval --log-turns); 2: adds
@@ -291,24 +292,19 @@ class TurnLogWriter:
 
 def iter_turn_logs(path: str | Path) -> Iterator[TurnLog]:
     """The records of a turn-log file in file order (blank lines skipped). A torn last line (no newline and not
-    JSON: the writer was killed while writing it) is skipped with a warning on stderr.
+    JSON: the writer was killed while writing it) is skipped with a warning on stderr (:mod:`verlog.files`' rule).
 
     Raises:
         TurnLogError: a line is not JSON or not a turn record; the message names the file and line.
     """
-    with Path(path).open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    try:
+        for number, value in json_lines(path, on_torn=lambda torn: print(f"[verlog] {torn}", file=sys.stderr)):
             try:
-                yield TurnLog.from_dict(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if not line.endswith("\n"):  # the last line, torn by a kill
-                    print(f"[verlog] {path}: line {number} is torn (its writer was killed): skipped", file=sys.stderr)
-                    return
-                raise TurnLogError(f"{path}:{number}: not valid JSON ({exc.msg}); was the writer interrupted?") from exc
+                yield TurnLog.from_dict(value)
             except TurnLogError as exc:
                 raise TurnLogError(f"{path}:{number}: {exc}") from exc
+    except JsonLinesError as exc:
+        raise TurnLogError(f"{exc}; was the writer interrupted?") from exc
 
 
 def read_turn_logs(path: str | Path) -> list[TurnLog]:

@@ -9,10 +9,10 @@ that a kill cannot leave in a state a resume would trip on (docs/reliability.md)
   ``latest_checkpointed_iteration.txt`` (a temporary file renamed over it). A kill at any point leaves the previous
   checkpoint the latest one; :func:`recover_checkpoints` (at the next start) removes a half-written checkpoint and
   says so in one line.
-- Logs: :func:`append_jsonl` writes each record as one ``write`` of a whole line; :func:`read_jsonl` skips a torn
-  last line (a kill in the middle of a write) and reports it; :func:`cut_logs` (at a resume) moves the records of
-  iterations after the resumed checkpoint, and any torn line, to ``superseded/``, so no iteration appears twice and
-  nothing is deleted.
+- Logs (written and read by :mod:`verlog.files`, whose rule skips a torn last line): :func:`cut_logs` (at a resume)
+  moves the records of iterations after the resumed checkpoint, and a torn line, to ``superseded/``, so no iteration
+  appears twice and nothing is deleted.
+- :class:`RunFolder` names every path of a run; the names are defined here once.
 """
 
 from __future__ import annotations
@@ -25,20 +25,32 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from verlog.errors import RunFault, VerlogError
+from verlog.files import lines_of, write_atomically
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
 TRACKER = "latest_checkpointed_iteration.txt"
 INCOMING = ".incoming"
+STEP_PREFIX = "global_step_"
 SUPERSEDED = "superseded"
 ROLLOUT_STATE_FILE = "verlog_rollout.pkl"
 CHECKPOINT_FILES = ("actor", "data.pt", ROLLOUT_STATE_FILE)
 """What every complete checkpoint folder holds (plus ``critic`` in runs with a critic)."""
+METRICS_FILE = "metrics.jsonl"
+ROLLOUT_LOG = "rollout.jsonl"
+TAPES_DIR = "tapes"
+TRAIN_TAPES = f"{TAPES_DIR}/train.jsonl"
+EVAL_TAPES = f"{TAPES_DIR}/eval.jsonl"
+EVAL_EPISODES = "eval/episodes.jsonl"
+CONFIG_FILE = "config.yaml"
+VERL_CONFIG_FILE = "verl_config.yaml"
+LEARNING_CURVE = "learning_curve.png"
+VIEW_PAGE = "view.html"
+"""``verlog view``'s page of the run (written there by default)."""
 LOGS_DIR = "logs"
 """Where the logs of Ray's workers, verl and vLLM go (verlog.console; ``--verbose`` shows them on the terminal)."""
 TRAIN_LOG = f"{LOGS_DIR}/train.log"
@@ -48,13 +60,148 @@ TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 """The wandb tracker's run folders (offline unless WANDB_MODE says otherwise)."""
 STEP_LOGS: tuple[tuple[str, str], ...] = (
-    ("metrics.jsonl", "step"),
-    ("rollout.jsonl", "step"),
-    ("tapes/train.jsonl", "iteration"),
-    ("tapes/eval.jsonl", "iteration"),
-    ("eval/episodes.jsonl", "iteration"),
+    (METRICS_FILE, "step"),
+    (ROLLOUT_LOG, "step"),
+    (TRAIN_TAPES, "iteration"),
+    (EVAL_TAPES, "iteration"),
+    (EVAL_EPISODES, "iteration"),
 )
 """The run's JSON-lines logs and the key that holds each record's iteration."""
+RUN_OUTPUTS = (
+    METRICS_FILE,
+    ROLLOUT_LOG,
+    CHECKPOINTS,
+    TAPES_DIR,
+    EVAL_EPISODES.split("/")[0],
+    CONFIG_FILE,
+    VERL_CONFIG_FILE,
+    LEARNING_CURVE,
+    VIEW_PAGE,
+    SUPERSEDED,  # log records and checkpoints a resume set aside (cut_logs, recover_checkpoints)
+    LOGS_DIR,  # the logs of Ray's workers, verl and vLLM (verlog.console)
+    TENSORBOARD_DIR,  # the trackers' files (verlog.config.trackers)
+    WANDB_DIR,
+)
+"""What a training run writes at the top of its output_dir (its lock, ``run.lock``, aside): ``--overwrite`` removes
+these, and only these."""
+RUN_DATA = RUN_OUTPUTS[:5]
+"""The outputs that mean a run took place there (a run that failed while starting leaves only its config files)."""
+
+
+class RunFolder:
+    """Every path of one training run's ``output_dir``: the names above joined to ``root``, nothing created.
+
+    Args:
+        root: the run's ``output_dir``.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.root)!r})"
+
+    @property
+    def lock(self) -> Path:
+        """``run.lock``: :class:`RunLock`'s file."""
+        return self.root / LOCK_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        """``checkpoints/``: verl's checkpoint folders."""
+        return self.root / CHECKPOINTS
+
+    @property
+    def tracker(self) -> Path:
+        """The file naming the latest complete checkpoint."""
+        return self.checkpoints / TRACKER
+
+    @property
+    def incoming(self) -> Path:
+        """Checkpoints being written."""
+        return incoming_root(self.checkpoints)
+
+    @property
+    def metrics(self) -> Path:
+        """One record per iteration (``step``)."""
+        return self.root / METRICS_FILE
+
+    @property
+    def rollout_log(self) -> Path:
+        """Each iteration's episodes and seeds."""
+        return self.root / ROLLOUT_LOG
+
+    @property
+    def tapes(self) -> Path:
+        """``tapes/``: the episode tapes."""
+        return self.root / TAPES_DIR
+
+    @property
+    def train_tapes(self) -> Path:
+        """The training episodes' tapes."""
+        return self.root / TRAIN_TAPES
+
+    @property
+    def eval_tapes(self) -> Path:
+        """The in-training evaluations' tapes."""
+        return self.root / EVAL_TAPES
+
+    @property
+    def eval_episodes(self) -> Path:
+        """Every in-training evaluation episode."""
+        return self.root / EVAL_EPISODES
+
+    @property
+    def config(self) -> Path:
+        """The resolved verlog config."""
+        return self.root / CONFIG_FILE
+
+    @property
+    def verl_config(self) -> Path:
+        """The config handed to verl."""
+        return self.root / VERL_CONFIG_FILE
+
+    @property
+    def learning_curve(self) -> Path:
+        """The learning curve drawn at the end of a run."""
+        return self.root / LEARNING_CURVE
+
+    @property
+    def superseded(self) -> Path:
+        """What a resume set aside."""
+        return self.root / SUPERSEDED
+
+    @property
+    def logs(self) -> Path:
+        """``logs/``: Ray's, verl's and vLLM's logs."""
+        return self.root / LOGS_DIR
+
+    @property
+    def train_log(self) -> Path:
+        """``verlog train``'s own log."""
+        return self.root / TRAIN_LOG
+
+    @property
+    def tensorboard(self) -> Path:
+        """The tensorboard tracker's files."""
+        return self.root / TENSORBOARD_DIR
+
+    @property
+    def wandb(self) -> Path:
+        """The wandb tracker's files."""
+        return self.root / WANDB_DIR
+
+    def checkpoint(self, step: int) -> Path:
+        """``checkpoints/global_step_<step>``."""
+        return step_folder(self.checkpoints, step)
+
+    def latest_step(self) -> int | None:
+        """The iteration of the latest complete checkpoint (the tracker's), or None."""
+        return latest_step(self.checkpoints)
+
+    def step_logs(self) -> list[tuple[Path, str]]:
+        """The run's JSON-lines logs with the key of each record's iteration (:data:`STEP_LOGS`)."""
+        return [(self.root / name, key) for name, key in STEP_LOGS]
 
 
 class RunFolderError(VerlogError):
@@ -75,7 +222,7 @@ class RunLock:
     """
 
     def __init__(self, folder: str | Path) -> None:
-        self.path = Path(folder) / LOCK_FILE
+        self.path = RunFolder(folder).lock
         self._fd: int | None = None
         self._record: dict[str, Any] = {}  # what acquire wrote into the file
 
@@ -136,7 +283,7 @@ class RunLock:
 
 def lock_holder(folder: str | Path) -> dict[str, Any] | None:
     """The live process holding ``folder``'s lock (its record), or None when no process holds it. Reads only."""
-    path = Path(folder) / LOCK_FILE
+    path = RunFolder(folder).lock
     if not path.is_file():
         return None
     fd = os.open(path, os.O_RDONLY)
@@ -237,7 +384,8 @@ def incoming_root(checkpoints: str | Path) -> Path:
 
 
 def step_folder(root: str | Path, step: int) -> Path:
-    return Path(root) / f"global_step_{step}"
+    """``<root>/global_step_<step>`` (``root``: ``checkpoints/`` or its ``.incoming/``)."""
+    return Path(root) / f"{STEP_PREFIX}{step}"
 
 
 def latest_step(checkpoints: str | Path) -> int | None:
@@ -283,17 +431,6 @@ def commit_checkpoint(checkpoints: str | Path, step: int) -> Path:
     return target
 
 
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, flush it to disk, and rename it over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def recover_checkpoints(checkpoints: str | Path, critic: bool | None = None) -> list[str]:
     """Before a run starts in a folder a kill may have stopped: remove half-written checkpoints from
     ``.incoming/`` and, if the tracker names a folder that is missing or incomplete (a checkpoint written by a verlog
@@ -306,7 +443,7 @@ def recover_checkpoints(checkpoints: str | Path, critic: bool | None = None) -> 
     latest = latest_step(checkpoints)
     incoming = incoming_root(checkpoints)
     if incoming.is_dir():
-        for folder in sorted(incoming.glob("global_step_*")):  # (verl also leaves its own tracker file there)
+        for folder in sorted(incoming.glob(f"{STEP_PREFIX}*")):  # (verl also leaves its own tracker file there)
             shutil.rmtree(folder, ignore_errors=True)
             then = (
                 f"resuming from the last complete one, global_step_{latest}"
@@ -352,8 +489,8 @@ def recover_checkpoints(checkpoints: str | Path, critic: bool | None = None) -> 
 
 def _steps(checkpoints: Path) -> list[int]:
     out = []
-    for p in checkpoints.glob("global_step_*"):
-        tail = p.name.removeprefix("global_step_")
+    for p in checkpoints.glob(f"{STEP_PREFIX}*"):
+        tail = p.name.removeprefix(STEP_PREFIX)
         if p.is_dir() and tail.isdigit():
             out.append(int(tail))
     return sorted(out)
@@ -368,94 +505,30 @@ def _move_aside(path: Path, run_folder: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ logs
-def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append each record as one JSON line, each line one ``write`` (a kill can tear at most the line being written,
-    never interleave two)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        for record in records:
-            data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-            while data:
-                data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
-
-
-def read_jsonl(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file ([] when missing). A torn last line (no newline, not JSON: a writer killed
-    in the middle) is skipped and reported through ``warn``; a bad line elsewhere raises ``ValueError`` naming it."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    text = p.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    out: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # the last line has no newline: torn by a kill
-                if warn is not None:
-                    warn(f"{p}: line {number} is torn (a writer was killed while writing it): skipped")
-                break
-            raise ValueError(f"{p}:{number}: not valid JSON ({exc.msg})") from exc
-    return out
-
-
 def cut_logs(run_folder: str | Path, step: int) -> list[str]:
     """A resume from the checkpoint of iteration ``step``: in each of the run's logs (:data:`STEP_LOGS`), the records
     of later iterations, and torn lines, move to ``superseded/<log path>`` (appended), so the resumed run logs each
     iteration once. Returns one line per log that changed."""
-    run_folder = Path(run_folder)
+    run = RunFolder(run_folder)
     lines: list[str] = []
-    for name, key in STEP_LOGS:
-        path = run_folder / name
+    for path, key in run.step_logs():
         if not path.is_file():
             continue
         kept, cut = [], []
-        for raw in path.read_bytes().split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-                later = isinstance(record, dict) and isinstance(record.get(key), int) and record[key] > step
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                later = True  # a torn line: never kept where readers expect whole records
-            (cut if later else kept).append(raw)
+        for line in lines_of(path.read_bytes(), path):  # a torn line is never kept where readers expect records
+            record = line.value
+            later = line.torn or (isinstance(record, dict) and isinstance(record.get(key), int) and record[key] > step)
+            (cut if later else kept).append(line.raw)
         if not cut:
             continue
-        aside = run_folder / SUPERSEDED / name
+        name = path.relative_to(run.root)
+        aside = run.superseded / name
         aside.parent.mkdir(parents=True, exist_ok=True)
         with open(aside, "ab") as f:
             f.write(b"".join(r + b"\n" for r in cut))
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(b"".join(r + b"\n" for r in kept))
-        os.replace(tmp, path)
+        write_atomically(path, b"".join(r + b"\n" for r in kept))
         lines.append(
             f"{name}: {len(cut)} record(s) of iterations after {step} (or torn by the kill) moved to "
-            f"{aside.relative_to(run_folder)}"
+            f"{aside.relative_to(run.root)}"
         )
     return lines
-
-
-# ------------------------------------------------------------------------------------------------ tests' kill points
-PAUSE_ENV = "VERLOG_TEST_PAUSE"
-"""``<where>:<iteration>`` (``rollout:4``, ``checkpoint:4``): the kill tests' hook (tests/verlog/trainer/
-test_kill_e2e.py). Unset in every real run."""
-
-
-def pause_point(where: str, step: int, run_folder: str | Path) -> None:
-    """With ``VERLOG_TEST_PAUSE=<where>:<step>``, write ``<run_folder>/paused-<where>-<step>`` and wait until the test
-    that set it writes ``continue-<where>-<step>`` there (or kills the run, the usual end)."""
-    if os.environ.get(PAUSE_ENV) != f"{where}:{step}":
-        return
-    import time
-
-    folder = Path(run_folder)
-    (folder / f"paused-{where}-{step}").write_text(str(os.getpid()))
-    while not (folder / f"continue-{where}-{step}").exists():
-        time.sleep(0.2)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.console import say
-from verlog.run_folder import read_jsonl
+from verlog.files import read_jsonl
 
 TRAINING_KEYS = ("env/return_mean", "env/success_rate", "rollout/valid_action_ratio")
 EVAL_KEYS = ("eval/success", "eval/return")

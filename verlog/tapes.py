@@ -33,10 +33,11 @@ import numpy as np
 
 from verlog.errors import VerlogError
 from verlog.logs import LogProbStats, SpanStats, TokenSplit, TurnLog, TurnLogWriter
+from verlog.run_folder import EVAL_TAPES as EVAL_TAPES
+from verlog.run_folder import TAPES_DIR as TAPES_DIR
+from verlog.run_folder import TRAIN_TAPES as TRAIN_TAPES
+from verlog.run_folder import RunFolder
 
-TAPES_DIR = "tapes"
-TRAIN_TAPES = f"{TAPES_DIR}/train.jsonl"
-EVAL_TAPES = f"{TAPES_DIR}/eval.jsonl"
 PLAY_TAPES = f"{TAPES_DIR}/play.jsonl"
 
 # The last "action:" marker in any case, with markdown emphasis before the colon ("ACTION:", "**Action:**"): the
@@ -49,6 +50,11 @@ FRAME_KWARGS = {"babyai": "render_image", "crafter": "render_image", "babaisai":
 
 class TapeConfigError(VerlogError, ValueError):
     """A ``tapes.*`` setting out of range."""
+
+
+class TapeRowsError(VerlogError, RuntimeError):
+    """The trained batch holds rows that are not in the rollout the tapes are written from: their turns would be
+    lost (verlog.trainer.advantage_step.record_tapes)."""
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -238,7 +244,7 @@ class TrainingTapes:
         seed: int = 0,
     ) -> None:
         settings.check()
-        self.path = Path(output_dir) / TRAIN_TAPES
+        self.path = RunFolder(output_dir).train_tapes
         self.settings = settings
         self.tokenizer = tokenizer
         self.env_id = env_id

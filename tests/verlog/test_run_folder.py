@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from verlog.files import append_jsonl, read_jsonl
 from verlog.run_folder import (
     TRACKER,
+    RunFolder,
     RunFolderError,
     RunLock,
-    append_jsonl,
     check_writable,
     commit_checkpoint,
     cut_logs,
     incoming_root,
     latest_step,
     lock_holder,
-    read_jsonl,
     recover_checkpoints,
     step_folder,
 )
@@ -163,11 +163,23 @@ def test_a_torn_last_line_is_skipped_and_cut_on_resume(tmp_path):
     assert cut_logs(tmp_path, 2) == []  # a second resume from 2 has nothing to cut
 
 
-def test_a_bad_line_in_the_middle_is_an_error(tmp_path):
-    path = tmp_path / "rollout.jsonl"
-    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"rollout.jsonl:2: not valid JSON"):
-        read_jsonl(path)
+def test_the_run_folder_names_every_path_of_a_run(tmp_path):
+    run = RunFolder(tmp_path)
+    assert run.checkpoint(4) == tmp_path / "checkpoints" / "global_step_4" == step_folder(run.checkpoints, 4)
+    assert run.tracker == tmp_path / "checkpoints" / TRACKER and run.incoming == incoming_root(run.checkpoints)
+    assert [p.relative_to(tmp_path).as_posix() for p, _ in run.step_logs()] == [
+        "metrics.jsonl",
+        "rollout.jsonl",
+        "tapes/train.jsonl",
+        "tapes/eval.jsonl",
+        "eval/episodes.jsonl",
+    ]
+    assert (run.lock.name, run.train_log.relative_to(tmp_path).as_posix()) == ("run.lock", "logs/train.log")
+    assert run.latest_step() is None
+    run.checkpoints.mkdir()
+    run.tracker.write_text("6")
+    assert run.latest_step() == 6 == latest_step(run.checkpoints)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]  # naming a path creates nothing
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

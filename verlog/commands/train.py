@@ -24,12 +24,10 @@ from verlog.commands.common import EXIT_FAULT, EXIT_USAGE
 
 def resume_hint(cfg: object) -> str:
     """How to go on after a fault: the run's last complete checkpoint, if any."""
-    from pathlib import Path
-
-    from verlog.run_folder import latest_step
+    from verlog.run_folder import RunFolder
 
     out = getattr(cfg, "output_dir", None)
-    step = latest_step(Path(out) / "checkpoints") if out else None
+    step = RunFolder(out).latest_step() if out else None
     if step is None:
         return "no checkpoint was saved, so start the run again (--overwrite replaces its outputs)"
     return f"resume from the last complete checkpoint (iteration {step}) with checkpoint.resume=auto"
@@ -134,14 +132,12 @@ def run(args: argparse.Namespace) -> int:
 def train_quietly(cfg: Any, verbose: bool = False) -> None:
     """Train ``cfg`` with the logs of Ray, verl and vLLM in ``OUTPUT_DIR/logs/train.log`` (verlog.console), one line
     naming it; when the run fails, the log's last lines and its path on the terminal (then the error goes on up)."""
-    from pathlib import Path
-
     from verlog.console import QuietConsole, say
     from verlog.errors import VerlogError
-    from verlog.run_folder import TRAIN_LOG
+    from verlog.run_folder import RunFolder
     from verlog.trainer import runner
 
-    log = Path(cfg.output_dir) / TRAIN_LOG
+    log = RunFolder(cfg.output_dir).train_log
     console = QuietConsole(log, verbose=verbose, title=f"verlog train, output_dir {cfg.output_dir}")
     try:
         with console:

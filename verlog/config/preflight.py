@@ -34,25 +34,10 @@ from verlog.config.checks import (
 )
 from verlog.config.schema import RESUME_MODES, TrainConfig
 from verlog.output_folder import creation_problem
+from verlog.run_folder import RUN_DATA as RUN_DATA
+from verlog.run_folder import RUN_OUTPUTS as RUN_OUTPUTS
+from verlog.run_folder import STEP_PREFIX, RunFolder
 
-RUN_OUTPUTS = (
-    "metrics.jsonl",
-    "rollout.jsonl",
-    "checkpoints",
-    "tapes",
-    "eval",
-    "config.yaml",
-    "verl_config.yaml",
-    "learning_curve.png",
-    "view.html",
-    "superseded",  # log records and checkpoints a resume set aside (verlog/run_folder.py)
-    "logs",  # the logs of Ray's workers, verl and vLLM (verlog.console)
-    "tensorboard",  # the trackers' files (verlog.config.trackers)
-    "wandb",
-)
-"""What a training run writes into its output_dir (``--overwrite`` removes these, and only these)."""
-RUN_DATA = RUN_OUTPUTS[:5]
-"""The outputs that mean a run took place there (a run that failed while starting leaves only its config files)."""
 CHARS_PER_TOKEN = 4
 """The prompt-budget estimate without a tokenizer at hand (see the module docstring)."""
 
@@ -365,10 +350,10 @@ def check_resume(cfg: TrainConfig) -> list[Problem]:
     """``checkpoint.resume`` is auto, disable or an existing ``.../global_step_K`` folder (a misspelt mode is
     reported by :func:`verlog.config.checks.check_values`)."""
     resume = cfg.checkpoint.resume
-    if resume in RESUME_MODES or ("/" not in resume and "global_step_" not in resume):
+    if resume in RESUME_MODES or ("/" not in resume and STEP_PREFIX not in resume):
         return []
     folder = Path(resume).expanduser()
-    if not re.fullmatch(r"global_step_\d+", folder.name):
+    if not re.fullmatch(rf"{STEP_PREFIX}\d+", folder.name):
         return [
             Problem(
                 "checkpoint.resume",
@@ -376,7 +361,7 @@ def check_resume(cfg: TrainConfig) -> list[Problem]:
             )
         ]
     if not folder.is_dir():
-        siblings = sorted(p.name for p in folder.parent.glob("global_step_*")) if folder.parent.is_dir() else []
+        siblings = sorted(p.name for p in folder.parent.glob(f"{STEP_PREFIX}*")) if folder.parent.is_dir() else []
         found = f" ({folder.parent} holds {', '.join(siblings)})" if siblings else ""
         return [
             Problem(
@@ -395,10 +380,10 @@ def resume_folder(cfg: TrainConfig) -> Path | None:
     if resume == "disable":
         return None
     if resume == "auto":
-        latest = Path(cfg.output_dir).expanduser() / "checkpoints" / "latest_checkpointed_iteration.txt"
-        if not latest.is_file():
+        run = RunFolder(Path(cfg.output_dir).expanduser())
+        if not run.tracker.is_file():
             return None
-        return latest.parent / f"global_step_{latest.read_text(encoding='utf-8').strip()}"
+        return run.checkpoints / f"{STEP_PREFIX}{run.tracker.read_text(encoding='utf-8').strip()}"
     return Path(resume).expanduser()
 
 
@@ -623,7 +608,7 @@ def output_dir_problems(cfg: TrainConfig, overwrite: bool = False) -> list[Probl
                 )
             ]
         return []
-    latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
+    latest = RunFolder(out).tracker
     found = [out / name for name in RUN_DATA if (out / name).exists()]
     if not found or overwrite or (resume == "auto" and latest.is_file()):
         return []

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from verlog.run_folder import TENSORBOARD_DIR, WANDB_DIR
+from verlog.run_folder import WANDB_DIR, RunFolder
 
 TRACKER_PACKAGES: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tensorboard"),
@@ -59,14 +59,14 @@ def tracker_environment(loggers: list[str], output_dir: str | os.PathLike[str]) 
     ``OUTPUT_DIR/wandb/`` (``WANDB_DIR``), offline when ``WANDB_MODE`` is unset and no API key is known (``wandb sync``
     uploads it later). Variables the user set are kept.
     """
-    out = Path(output_dir)
+    run = RunFolder(output_dir)
     env: dict[str, str] = {}
     lines: list[str] = []
     if "tensorboard" in loggers:
-        env["TENSORBOARD_DIR"] = os.environ.get("TENSORBOARD_DIR") or str(out / TENSORBOARD_DIR)
+        env["TENSORBOARD_DIR"] = os.environ.get("TENSORBOARD_DIR") or str(run.tensorboard)
         lines.append(f"tensorboard: {env['TENSORBOARD_DIR']} (tensorboard --logdir {env['TENSORBOARD_DIR']})")
     if "wandb" in loggers:
-        env["WANDB_DIR"] = os.environ.get("WANDB_DIR") or str(out)
+        env["WANDB_DIR"] = os.environ.get("WANDB_DIR") or str(run.root)
         env["WANDB_CONSOLE"] = os.environ.get("WANDB_CONSOLE") or "off"  # no capture of the console (verlog.console)
         Path(env["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
         mode = os.environ.get("WANDB_MODE")

@@ -24,6 +24,7 @@ Summary layout (percentages as BALROG reports them, rates and returns as plain n
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import numpy as np
 
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.stats import Interval, balrog_mean_se, balrog_overall, bootstrap_diff_ci, bootstrap_mean_ci
+from verlog.files import append_jsonl, json_lines
 
 SUMMARY_FORMAT = "verlog.eval/1"
 SUMMARY_FILE = "summary.json"
@@ -150,26 +152,28 @@ def dumps(data: Any) -> str:
 
 
 def append_episode_record(path: str | Path, record: EpisodeRecord) -> None:
-    """Add one record to an ``episodes.jsonl`` file (created with its folder if missing)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(dumps(record.to_dict()) + "\n")
+    """Add one record to an ``episodes.jsonl`` file (created with its folder if missing; one write of a whole line,
+    :func:`verlog.files.append_jsonl`)."""
+    append_jsonl(path, [record.to_dict()], default=_json_default)
 
 
 def read_episode_records(path: str | Path) -> list[EpisodeRecord]:
-    """The records of an ``episodes.jsonl`` file, or of ``<folder>/episodes.jsonl`` when given a folder."""
+    """The records of an ``episodes.jsonl`` file, or of ``<folder>/episodes.jsonl`` when given a folder; a torn last
+    line (an evaluation killed while writing it) is skipped with a warning on stderr (:mod:`verlog.files`' rule).
+
+    Raises:
+        ValueError: a line is not an episode record (``file:line``); JsonLinesError, a ValueError, when it is not
+            JSON.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / EPISODES_FILE
     out = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    out.append(EpisodeRecord.from_dict(json.loads(line)))
-                except (json.JSONDecodeError, TypeError) as exc:
-                    raise ValueError(f"{path}:{number}: not an episode record ({exc})") from exc
+    for number, value in json_lines(path, on_torn=lambda torn: print(f"[verlog] {torn}", file=sys.stderr)):
+        try:
+            out.append(EpisodeRecord.from_dict(value))
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}:{number}: not an episode record ({exc})") from exc
     return out
 
 

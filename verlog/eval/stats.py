@@ -6,7 +6,9 @@ environments, the unweighted mean of the per-environment means and ``sqrt(sum SE
 and :func:`balrog_overall` compute exactly that.
 
 For comparisons (is the trained model better than the one it started from?) :func:`bootstrap_mean_ci` and
-:func:`bootstrap_diff_ci` give percentile-bootstrap intervals, reproducible from their ``seed``. The resampling is
+:func:`bootstrap_diff_ci` give percentile-bootstrap intervals, reproducible from their ``seed``; both are
+:func:`bootstrap_ci`, the one percentile bootstrap, which takes any statistic of resampled episodes (the Crafter
+score of bench/learning.py). The resampling is
 written so that a plain loop with ``numpy.random.default_rng(seed)`` drawing the same index arrays gives the same
 numbers (tests/verlog/eval/test_stats.py does exactly that).
 """
@@ -14,7 +16,7 @@ numbers (tests/verlog/eval/test_stats.py does exactly that).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -117,20 +119,51 @@ def _percentile_interval(estimate: float, resampled: np.ndarray, confidence: flo
     return Interval(float(estimate), float(low), float(high), confidence, int(resampled.size))
 
 
-def bootstrap_mean_ci(
-    values: Sequence[float] | np.ndarray, *, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], np.ndarray],
+    n: int,
+    *,
+    estimate: float | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
 ) -> Interval:
-    """Percentile-bootstrap interval of a mean.
+    """Percentile-bootstrap interval of a statistic of ``n`` episodes.
+
+    Args:
+        statistic: the statistic of the episodes an index array picks: given ``idx`` of shape ``(n,)`` (every
+            episode once) it returns a scalar, given ``(n_resamples, n)`` one value per row, shape
+            ``(n_resamples,)`` (e.g. ``lambda idx: values[idx].mean(axis=-1)``).
+        n: how many episodes (>= 1).
+        estimate: the point estimate (default: ``statistic(arange(n))``).
 
     Resampling: ``idx = default_rng(seed).integers(0, n, size=(n_resamples, n))``; the interval is the
     ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2`` quantiles (numpy's default linear rule) of
-    ``values[idx].mean(axis=1)``.
+    ``statistic(idx)``.
     """
     _check_bootstrap_args(confidence, n_resamples)
+    if n < 1:
+        raise EvalStatsError("no episodes to resample: give at least one")
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    if estimate is None:
+        estimate = float(statistic(np.arange(n)))
+    return _percentile_interval(estimate, np.asarray(statistic(idx)), confidence)
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray, *, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0
+) -> Interval:
+    """Percentile-bootstrap interval of a mean (:func:`bootstrap_ci` of ``values[idx].mean(axis=-1)``)."""
+    _check_bootstrap_args(confidence, n_resamples)
     arr = _as_array(values, "values")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(n_resamples, arr.size))
-    return _percentile_interval(arr.mean(), arr[idx].mean(axis=1), confidence)
+    return bootstrap_ci(
+        lambda idx: arr[idx].mean(axis=-1),
+        arr.size,
+        estimate=arr.mean(),
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
 
 
 def bootstrap_diff_ci(
@@ -162,8 +195,14 @@ def bootstrap_diff_ci(
                 "pass paired=False for independent samples"
             )
         d = t - b
-        idx = rng.integers(0, d.size, size=(n_resamples, d.size))
-        return _percentile_interval(estimate, d[idx].mean(axis=1), confidence)
+        return bootstrap_ci(
+            lambda idx: d[idx].mean(axis=-1),
+            d.size,
+            estimate=estimate,
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
     ia = rng.integers(0, t.size, size=(n_resamples, t.size))
     ib = rng.integers(0, b.size, size=(n_resamples, b.size))
     return _percentile_interval(estimate, t[ia].mean(axis=1) - b[ib].mean(axis=1), confidence)

@@ -27,13 +27,14 @@ from verlog.eval.report import SUMMARY_FILE, TURNS_FILE
 from verlog.logs import TurnLog, TurnLogError, group_episodes, iter_turn_logs
 from verlog.memory import SlidingMemory
 from verlog.rollout.stepper import EpisodeStepper, LocalEnv, PolicyInput, TextPolicy
+from verlog.run_folder import CONFIG_FILE
 from verlog.sft.config import SFTDataError, SFTTapesConfig
 from verlog.tapes import EVAL_TAPES, PLAY_TAPES, TRAIN_TAPES, action_offset
 
 TAPE_FILES = (TRAIN_TAPES, EVAL_TAPES, PLAY_TAPES, TURNS_FILE)
 """The tape files a folder may hold: a training run's (training and in-training evaluation tapes), a ``verlog play
 --record`` folder's, a ``verlog eval --log-turns`` folder's."""
-RUN_CONFIG = "config.yaml"
+RUN_CONFIG = CONFIG_FILE
 MANIFEST = "tapes.json"
 FORMAT = "verlog.sft-tapes/1"
 TRAIN_FILE = "train.parquet"
@@ -126,10 +127,11 @@ class _FileSettings:
 def _file_settings(file: Path) -> _FileSettings:
     """Where the env settings of ``file`` come from: a run's config.yaml, an evaluation's summary.json, or none (a
     recording keeps them in each episode's first turn)."""
-    if file.parent.name == "tapes" and file.name in ("train.jsonl", "eval.jsonl"):
+    in_run = f"{file.parent.name}/{file.name}"  # tapes/train.jsonl, tapes/eval.jsonl in a training run's folder
+    if in_run in (TRAIN_TAPES, EVAL_TAPES):
         config = file.parent.parent / RUN_CONFIG
         if config.is_file():
-            return _run_settings(config, training=file.name == "train.jsonl")
+            return _run_settings(config, training=in_run == TRAIN_TAPES)
     if file.name == TURNS_FILE and (file.parent / SUMMARY_FILE).is_file():
         try:
             protocol = json.loads((file.parent / SUMMARY_FILE).read_text(encoding="utf-8")).get("protocol") or {}

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from verlog.files import write_atomically
+from verlog.run_folder import RunFolder
 from verlog.sweep.space import SearchSpace, SweepSpaceError, Trial, parse_space
 
 SWEEP_FORMAT = "verlog.sweep/1"
@@ -62,17 +63,12 @@ class SweepFolder:
 def starts_fresh(run_dir: Path) -> bool:
     """Whether a trial's ``verlog train`` starts afresh (``--overwrite``: no checkpoint in ``run_dir`` to continue
     from, so what a killed attempt left there is removed first) rather than resuming (``checkpoint.resume=auto``)."""
-    return not (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").is_file()
+    return not RunFolder(run_dir).tracker.is_file()
 
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically (a kill leaves the old file or the new one, never half)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)  # keys in their order: a space's params are sampled in file order
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1) + "\n")  # keys in their order: params are sampled in order
 
 
 def read_json(path: Path) -> Any:

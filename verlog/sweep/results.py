@@ -8,13 +8,14 @@ iterations run and the wall time (the sum over the trial's attempts, from trial.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verlog.files import read_jsonl
+from verlog.run_folder import RunFolder
 from verlog.sweep.folder import SweepFolder, read_json
 from verlog.sweep.space import EVAL_METRIC_PREFIX, SearchSpace, Trial, format_value
 
@@ -41,18 +42,13 @@ class TrialResult:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The complete records of a metrics.jsonl (a last line still being written is skipped)."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    """The complete records of a metrics.jsonl ([] when missing; a torn last line, still being written or cut by a
+    kill, is skipped: :mod:`verlog.files`' rule).
+
+    Raises:
+        JsonLinesError: a whole line is not JSON (``file:line``).
+    """
+    return [record for record in read_jsonl(path) if isinstance(record, dict)]
 
 
 def last_value(records: Sequence[dict[str, Any]], key: str) -> tuple[float, int] | None:
@@ -96,7 +92,7 @@ def trial_result(folder: SweepFolder, space: SearchSpace, trial: Trial) -> Trial
         status = str(result["status"])
     else:
         status = "unfinished" if attempts else "pending"
-    records = read_records(folder.run_dir(trial.id) / "metrics.jsonl")
+    records = read_records(RunFolder(folder.run_dir(trial.id)).metrics)
     metric = space.objective.metric
     if metric.startswith(EVAL_METRIC_PREFIX):
         outcome = eval_summary_value(read_json(trial_dir / "eval" / "summary.json"), metric[len(EVAL_METRIC_PREFIX) :])

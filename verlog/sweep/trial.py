@@ -15,7 +15,6 @@ metric), and trial.json's attempt is marked alive, so that a killed sweep still 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
+from verlog.files import parse_lines
+from verlog.run_folder import RunFolder
 from verlog.sweep.folder import FINAL_STATUSES, read_json, starts_fresh, write_json
 
 REPORTED_KEYS = (
@@ -84,7 +85,7 @@ def eval_command(job: TrialJob) -> list[str] | None:
     """``python -m verlog eval`` of the trained model (its last checkpoint), or None without an eval: section."""
     if job.eval_args is None:
         return None
-    return [sys.executable, "-m", "verlog", "eval", "--model", str(job.run_dir / "checkpoints"), *job.eval_args]
+    return [sys.executable, "-m", "verlog", "eval", "--model", str(RunFolder(job.run_dir).checkpoints), *job.eval_args]
 
 
 def reported(record: dict[str, Any], job: TrialJob) -> dict[str, Any] | None:
@@ -103,11 +104,13 @@ def reported(record: dict[str, Any], job: TrialJob) -> dict[str, Any] | None:
 
 
 class MetricsTail:
-    """The complete records appended to a metrics.jsonl since the last :meth:`read` (a partial last line waits)."""
+    """The complete records appended to a metrics.jsonl since the last :meth:`read` (a partial last line waits for
+    its newline; a whole line that is not JSON raises :class:`verlog.files.JsonLinesError` naming it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
+        self.lines = 0  # whole lines read so far
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.is_file():
@@ -116,16 +119,11 @@ class MetricsTail:
             f.seek(self.offset)
             data = f.read()
         end = data.rfind(b"\n") + 1
+        whole = data[: max(end - 1, 0)]  # the complete lines, without the last newline
+        records = parse_lines(whole, self.path, first_number=self.lines + 1) if end else []
         self.offset += end
-        records = []
-        for line in data[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        self.lines += data[:end].count(b"\n")
+        return [record for _number, record in records if isinstance(record, dict)]
 
 
 def _update_attempt(trial_file: Path, **fields: Any) -> None:
@@ -157,7 +155,7 @@ def _run(command: list[str], job: TrialJob, log: Path, report: Callable[[dict[st
     metrics record while it runs; its exit code. Any exception (Tune's stop arrives as SystemExit from ``report``)
     stops the process first."""
     trial_file = Path(job.folder) / "trial.json"
-    tail = MetricsTail(job.run_dir / "metrics.jsonl")
+    tail = MetricsTail(RunFolder(job.run_dir).metrics)
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"\n[sweep] {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(command)}\n")
         out.flush()

@@ -194,16 +194,26 @@ def record_tapes(
         step: the iteration (metrics.jsonl's ``step``); the critic warm-up (step 0) writes no tape.
 
     Returns:
-        Turns written: 0 when a row of ``data`` is not among ``rollout_rows`` (not this iteration's rollout).
+        Turns written (0 without tapes, at step 0, or when no taped episode has a row here).
+
+    Raises:
+        TapeRowsError: a row of ``data`` is not among ``rollout_rows`` (the batch is not this rollout's): its tapes
+            would be lost.
     """
-    from verlog.tapes import record_training_tapes
+    from verlog.tapes import TapeRowsError, record_training_tapes
 
     if tapes is None or step < 1:
         return 0
     by_key = {(r.episode_id, r.turn_index): r for r in rollout_rows}
     keys = row_keys(data)
-    if any(k not in by_key for k in keys):
-        return 0
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        episode, turn = missing[0]
+        raise TapeRowsError(
+            f"the tapes of iteration {step}: {len(missing)} of the trained batch's {len(keys)} rows are not in this "
+            f"iteration's rollout ({len(by_key)} rows; first missing: episode {episode} turn {turn}): the batch and "
+            "the rollout record disagree, a verlog bug; set tapes.episodes_per_iteration=0 to train without tapes"
+        )
     present = data.batch.keys()
     if entropys is not None and entropys.shape != data.batch["response_mask"].shape:
         entropys = None

@@ -22,9 +22,9 @@ from verl.experimental.agent_loop import AgentLoopManager
 from verl.utils.model import compute_position_id_with_mask
 
 from verlog.errors import VerlogError
+from verlog.fault_points import reached
 from verlog.rollout.batch import TurnBatch
 from verlog.rollout.manager import RolloutManager
-from verlog.run_folder import pause_point
 from verlog.trainer.async_rollout import RolloutAhead
 
 
@@ -104,7 +104,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
         if len(prompts) != expected:
             raise VerlogError(f"the trainer asked for {len(prompts)} rows, the rollout gives {expected}")
         step = int(prompts.meta_info.get("global_steps", -1))  # verl's fit sets it (verlog/trainer/seams.py)
-        pause_point("rollout", step, os.path.dirname(str(self.config.trainer.default_local_dir)))
+        reached("rollout", step, os.path.dirname(str(self.config.trainer.default_local_dir)))  # tests' kill point
         if self.ahead is None:
             record = self.collect_record()
             elapsed = record.elapsed

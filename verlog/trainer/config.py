@@ -17,6 +17,7 @@ from verlog.config import TrainConfig
 from verlog.config.checks import TrainConfigError, check_config
 from verlog.config.schema import AHEAD_MODES
 from verlog.estimators import get_estimator
+from verlog.run_folder import RunFolder
 
 __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check_config", "verl_overrides"]
 
@@ -112,7 +113,7 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
         f"trainer.val_before_train={ev.every > 0 and ev.before_train}",
         f"trainer.project_name={cfg.project}",
         f"trainer.experiment_name={cfg.run_name}",
-        f"trainer.default_local_dir={cfg.output_dir}/checkpoints",
+        f"trainer.default_local_dir={RunFolder(cfg.output_dir).checkpoints}",
         f"trainer.logger=[{','.join(cfg.logger)}]",
         "reward.num_workers=1",
     ]

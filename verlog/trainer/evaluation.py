@@ -15,7 +15,6 @@ curve is paired by seed), disjoint from every seed training's slots start with o
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from collections.abc import Sequence
@@ -29,9 +28,10 @@ from verlog.eval.protocol import EvalProtocol
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # its old home: tests import it here
 from verlog.eval.training import eval_protocol
+from verlog.files import append_jsonl
 from verlog.memory import MemoryConfig
 from verlog.rollout.generator import Generator
-from verlog.run_folder import append_jsonl
+from verlog.run_folder import EVAL_EPISODES, RunFolder
 from verlog.sampling import SamplingConfig
 from verlog.tapes import TapesConfig
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from verlog.config.schema import TrainConfig
 
 EVAL_PREFIX = "eval/"
-EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
+EPISODES_FILE = EVAL_EPISODES
 """Every evaluation episode, one JSON line each with its ``iteration`` (relative to ``output_dir``)."""
 
 # per-episode quantities reported as eval/<name> (mean) and eval/<name>_se (BALROG's standard error)
@@ -233,7 +233,6 @@ class TrainingEvaluator:
         return metrics
 
     def _write_episodes(self, records: Sequence[EpisodeRecord], iteration: int, family: str = "") -> None:
-        path = os.path.join(self.output_dir, EPISODES_FILE)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        path = RunFolder(self.output_dir).eval_episodes
         extra = {"family": family} if family else {}
         append_jsonl(path, [{"iteration": iteration, **extra, **rec.to_dict()} for rec in records])

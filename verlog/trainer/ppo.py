@@ -53,18 +53,19 @@ from verlog.config.schema import TrainConfig
 from verlog.console import say
 from verlog.errors import VerlogError
 from verlog.estimators import Estimator, Grouping, get_estimator
+from verlog.fault_points import reached
+from verlog.files import append_jsonl
 from verlog.rollout.build import build_rollout
 from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.manager import RolloutManager
 from verlog.run_folder import (
     ROLLOUT_STATE_FILE,
     CheckpointWriteError,
-    append_jsonl,
+    RunFolder,
     commit_checkpoint,
     describe_os_error,
     incoming_root,
     os_error_in,
-    pause_point,
     step_folder,
 )
 from verlog.run_summary import iteration_line
@@ -380,8 +381,9 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 metrics["async/in_flight_updates"] = float(self.checkpoint_manager.in_flight_updates)
         record = self.async_rollout_manager.rollout_at(step)
         entropys = self._entropys.take(step, None)
-        if self._estimator().tapes and record is not None:
-            record_tapes(self._tapes, data, record.batch.rows, raw_advantages, entropys, step)
+        if self._estimator().tapes and record is not None and self._tapes is not None and self._tapes.enabled:
+            written = record_tapes(self._tapes, data, record.batch.rows, raw_advantages, entropys, step)
+            record.log["taped_turns"] = written  # in rollout.jsonl: 0 where writing failed (printed)
         curriculum = self.rollout.curriculum
         episodes = record.batch.episodes if record is not None else []
         metrics = {**metrics, **update_curriculum(curriculum, data, episodes, step)}
@@ -438,7 +440,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _step_folder(self) -> str:
-        return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        return str(step_folder(self.config.trainer.default_local_dir, self.global_steps))
 
     def _save_checkpoint(self) -> None:
         """verl's checkpoint and the env slots' state, written into ``checkpoints/.incoming/`` and made the latest
@@ -472,7 +474,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 f"writing the checkpoint of iteration {step} failed ({describe_os_error(cause)}); the partial "
                 "checkpoint was removed and the latest complete one is untouched: free space (or fix the folder)"
             ) from exc
-        pause_point("checkpoint", step, self.settings.output_dir)
+        reached("checkpoint", step, self.settings.output_dir)  # tests' kill point (verlog.fault_points)
         commit_checkpoint(checkpoints, step)
 
     def _load_checkpoint(self) -> Any:
@@ -614,10 +616,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
         out = self.settings.output_dir
         os.makedirs(out, exist_ok=True)
         record = {"step": step, **{k: _plain(v) for k, v in data.items()}}
-        append_jsonl(os.path.join(out, "metrics.jsonl"), [record])  # one write per line: a kill tears at most one
+        append_jsonl(RunFolder(out).metrics, [record])  # one write per line: a kill tears at most one
         this_rollout = self.async_rollout_manager.rollout_at(step) if rollout else None
         if this_rollout is not None:
-            append_jsonl(os.path.join(out, "rollout.jsonl"), [{"step": step, **this_rollout.log}])
+            append_jsonl(RunFolder(out).rollout_log, [{"step": step, **this_rollout.log}])
 
 
 def _prompt_tokens(batch: DataProto) -> list[list[int]]:

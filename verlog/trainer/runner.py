@@ -130,22 +130,21 @@ def prepare_resume(cfg: TrainConfig) -> int | None:
     after the resumed checkpoint to ``superseded/`` (:func:`verlog.run_folder.cut_logs`); one line each.
 
     Returns: the iteration the run resumes from, None for a fresh run."""
-    from verlog.run_folder import cut_logs, latest_step, recover_checkpoints
+    from verlog.run_folder import STEP_PREFIX, RunFolder, cut_logs, recover_checkpoints
 
-    out = Path(cfg.output_dir)
-    checkpoints = out / "checkpoints"
-    lines = recover_checkpoints(checkpoints)
+    run = RunFolder(cfg.output_dir)
+    lines = recover_checkpoints(run.checkpoints)
     resume = cfg.checkpoint.resume
     if resume == "disable":
         step = None
     elif resume == "auto":
-        step = latest_step(checkpoints)
+        step = run.latest_step()
         if step is None and lines:  # the only checkpoint was incomplete: a fresh start, nothing of the old logs stays
-            lines += cut_logs(out, -1)
+            lines += cut_logs(run.root, -1)
     else:
-        step = int(Path(resume).name.removeprefix("global_step_"))
+        step = int(Path(resume).name.removeprefix(STEP_PREFIX))
     if step is not None:
-        lines += cut_logs(out, step)
+        lines += cut_logs(run.root, step)
     for line in lines:
         say(f"[verlog] {line}")
     return step
@@ -154,9 +153,11 @@ def prepare_resume(cfg: TrainConfig) -> int | None:
 def train(cfg: TrainConfig) -> Path:
     """Train with verlog's checked config ``cfg`` (:func:`verlog.config.preflight`); returns the output folder
     (checkpoints, metrics.jsonl, config.yaml)."""
+    from verlog.run_folder import RunFolder
     from verlog.trainer.config import build_verl_config
 
     out = Path(cfg.output_dir).absolute()
+    run = RunFolder(out)
     out.mkdir(parents=True, exist_ok=True)
     model = cfg.model
     if model.build_tiny or os.path.exists(os.path.expanduser(model.path)):  # a local folder: absolute for the workers
@@ -167,8 +168,8 @@ def train(cfg: TrainConfig) -> Path:
     prepare_model(with_abs)
     verl_cfg = build_verl_config(with_abs)
     OmegaConf.resolve(verl_cfg)
-    OmegaConf.save(OmegaConf.structured(with_abs), out / "config.yaml")
-    OmegaConf.save(verl_cfg, out / "verl_config.yaml")
+    OmegaConf.save(OmegaConf.structured(with_abs), run.config)
+    OmegaConf.save(verl_cfg, run.verl_config)
     prepare_resume(with_abs)
     _init_ray(with_abs, verl_cfg)
     import ray
@@ -185,10 +186,10 @@ def train(cfg: TrainConfig) -> Path:
         ray.shutdown()
     from verlog.run_summary import read_metrics, summary_lines, write_learning_curve
 
-    records = read_metrics(out / "metrics.jsonl")
+    records = read_metrics(run.metrics)
     for line in summary_lines(records):
         say(f"[verlog] {line}")
-    curve = write_learning_curve(records, out / "learning_curve.png")
+    curve = write_learning_curve(records, run.learning_curve)
     if curve is not None:
         say(f"[verlog] learning curve: {curve}")
     say(f"[verlog] outputs in {out}: checkpoints/, metrics.jsonl, rollout.jsonl, config.yaml, logs/")

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from verlog.logs import SCHEMA_VERSION, TurnLog
+from verlog.run_folder import VIEW_PAGE
 from verlog.tapes import split_response
 from verlog.viewer.data import RunData, ViewError, load_run
 
 DEFAULT_MAX_EPISODES = 300
 PAYLOAD_FORMAT = "verlog.view/1"
-VIEW_FILE = "view.html"
+VIEW_FILE = VIEW_PAGE
 
 # learning curves shown first, where the run has them (any other numeric key can be added on the page)
 DEFAULT_CURVES = (

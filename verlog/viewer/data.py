@@ -19,13 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
+from verlog.files import JsonLinesError, TornLine, json_lines
 from verlog.logs import SCHEMA_VERSION, TurnLog, TurnLogError, schema_version
+from verlog.run_folder import CONFIG_FILE, EVAL_TAPES, METRICS_FILE, TRAIN_TAPES
+from verlog.run_folder import EVAL_EPISODES as TRAIN_EVAL_EPISODES
 
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.yaml"
-TRAIN_TAPES = "tapes/train.jsonl"
-EVAL_TAPES = "tapes/eval.jsonl"
-TRAIN_EVAL_EPISODES = "eval/episodes.jsonl"
 EVAL_SUMMARY = "summary.json"
 EVAL_EPISODES = "episodes.jsonl"
 EVAL_TURNS = "turns.jsonl"
@@ -71,30 +69,24 @@ class Notes(list):
 
 
 def _json_lines(path: Path, notes: list[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of a JSONL file; a bad last line (a writer interrupted mid-line) is skipped with a note
-    (and, when ``notes`` is a :class:`Notes`, a console warning naming the file and line), a bad line elsewhere is a
-    :class:`ViewError`."""
+    """(line number, value) of a JSONL file; a torn last line (:mod:`verlog.files`' rule: a writer interrupted
+    mid-line) is skipped with a note (and, when ``notes`` is a :class:`Notes`, a console warning naming the file and
+    line), a bad line elsewhere is a :class:`ViewError`."""
+
+    def torn(line: TornLine) -> None:
+        notes.append(f"{path.name}: its last line is cut short (a writer running or interrupted); skipped")
+        if isinstance(notes, Notes):
+            notes.warnings.append(
+                f"{path}: line {line.number} is torn (cut short: its writer is running or was interrupted), so it "
+                f"was skipped; the {line.kept} record(s) before it are shown"
+            )
+
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        yield from json_lines(path, on_torn=torn)
+    except OSError as exc:
         raise ViewError(f"{path}: cannot be read ({exc})") from exc
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield i + 1, json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == last:
-                notes.append(f"{path.name}: its last line is cut short (a writer running or interrupted); skipped")
-                if isinstance(notes, Notes):
-                    kept = sum(1 for line in lines[:i] if line.strip())
-                    notes.warnings.append(
-                        f"{path}: line {i + 1} is torn (cut short: its writer is running or was interrupted), so it "
-                        f"was skipped; the {kept} record(s) before it are shown"
-                    )
-                return
-            raise ViewError(f"{path}:{i + 1}: not valid JSON ({exc.msg}); not a file verlog wrote") from exc
+    except JsonLinesError as exc:
+        raise ViewError(f"{exc}; not a file verlog wrote") from exc
 
 
 def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 One run folder, three processes of ``verlog train`` (babyai/goto, 2 slots x 2 turns, a checkpoint every 2 iterations):
 
 1. SIGKILL of the whole process group while the checkpoint of iteration 4 is being written (the run pauses there
-   through ``VERLOG_TEST_PAUSE=checkpoint:4``): iteration 2's checkpoint stays the latest; the torn one is only in
+   through ``VERLOG_TEST_PAUSE=checkpoint:4`` and the fault hook pause_hook.py, beside this file, installed with
+   ``VERLOG_FAULT_HOOK``: verlog.fault_points): iteration 2's checkpoint stays the latest; the torn one is only in
    ``checkpoints/.incoming``.
 2. ``checkpoint.resume=auto``: it removes the torn checkpoint and says so in one line, takes over the killed run's
    lock, moves iteration 3's records to ``superseded/``, resumes at iteration 3 with the saved env slots; SIGKILL of
@@ -26,10 +27,14 @@ import time
 from pathlib import Path
 
 import pytest
+from pause_hook import PAUSE_ENV  # this folder is on sys.path (pytest's rootdir-relative test imports)
+
+from verlog.fault_points import HOOK_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
 LOGS: dict[int, Path] = {}  # pid -> the file its output goes to
 START_TIMEOUT = 900  # seconds for a process to reach its pause point (verl's start-up is about 2 minutes idle)
 
@@ -57,9 +62,11 @@ def _command(out: Path, model: Path, ray_dir: Path) -> list[str]:
 
 
 def _start(out: Path, model: Path, ray_dir: Path, pause: str | None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "VERLOG_TEST_PAUSE"}
+    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
     if pause:
-        env["VERLOG_TEST_PAUSE"] = pause
+        env[PAUSE_ENV] = pause
+        env[HOOK_ENV] = "pause_hook:pause"  # tests/verlog/trainer/pause_hook.py, importable through PYTHONPATH
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     path = out.parent / f"{out.name}-{(pause or 'run').replace(':', '-')}-{time.time():.0f}.log"
     with open(path, "w") as log:
         proc = subprocess.Popen(

@@ -44,7 +44,7 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
 
     from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
     from verlog.logs import read_turn_logs
-    from verlog.tapes import TapesConfig, TrainingTapes
+    from verlog.tapes import TapeRowsError, TapesConfig, TrainingTapes
     from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes
 
     rows, n = _rollout_rows()
@@ -96,8 +96,10 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
         assert TEXT[split.action_start :] == "ACTION: go"
         assert split.action.entropy_sum == pytest.approx((i + 1) * split.action.tokens)
         assert rec.observation == f"obs {rec.episode_id[1]} {rec.turn}"
-    # the critic warm-up's advantage (step 0), another iteration's rollout, or no tapes: nothing is written
+    # the critic warm-up's advantage (step 0) or no tapes: nothing is written
     assert record_tapes(tapes, out, rows, raw, entropys, step=0) == 0
-    assert record_tapes(tapes, out, rows[:3], raw, entropys, step=5) == 0
     assert record_tapes(None, out, rows, raw, entropys, step=5) == 0
+    # a batch whose rows are not all in the rollout: an error naming the first missing row, never a silent 0
+    with pytest.raises(TapeRowsError, match=r"iteration 5: 1 of the trained batch's 4 rows .* first missing: episode"):
+        record_tapes(tapes, out, rows[:3], raw, entropys, step=5)
     assert len(read_turn_logs(tmp_path / "tapes" / "train.jsonl")) == 4
