@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a run's output_dir (its latest complete checkpoint), its checkpoints/ folder, a global_step_K folder or "
         "its actor/ folder",
     )
-    parser.add_argument("--out", required=True, help="the folder to write; it must not exist or be empty")
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="the folder to write; it must not exist or be empty"
+    )
     parser.add_argument(
         "--adapter-only",
         action="store_true",
@@ -34,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--step",
         type=int_at_least(0),
         default=None,
+        metavar="K",
         help="the checkpoint of iteration K (global_step_K) instead of the latest complete one",
     )
 
