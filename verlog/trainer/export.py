@@ -26,7 +26,7 @@ from typing import Any
 
 from verlog.errors import RunFault, VerlogError
 from verlog.model_folder import has_weights
-from verlog.run_folder import CHECKPOINTS
+from verlog.run_folder import CHECKPOINTS, CONFIG_FILE, VERL_CONFIG_FILE
 from verlog.trainer.checkpoint_model import (
     ADAPTER_SUBFOLDER,
     CheckpointModelError,
@@ -140,7 +140,7 @@ def run_base_model(actor: Path) -> str | None:
     run = actor.parent.parent.parent
     if actor.parent.parent.name != CHECKPOINTS:
         return None
-    sources = (("verl_config.yaml", ("actor_rollout_ref", "model", "path")), ("config.yaml", ("model", "path")))
+    sources = ((VERL_CONFIG_FILE, ("actor_rollout_ref", "model", "path")), (CONFIG_FILE, ("model", "path")))
     for name, keys in sources:
         try:
             node: Any = yaml.safe_load((run / name).read_text(encoding="utf-8"))
