@@ -1,8 +1,11 @@
 """``verlog eval``: evaluate a model on text-game tasks with BALROG's protocol (docs/evaluation.md).
 
-Example::
+Examples::
 
     verlog eval --model checkpoints/run/global_step_300/actor/huggingface --tasks babyai --episodes 10 --out eval/
+    verlog eval --endpoint http://127.0.0.1:8000/v1 --served-model qwen --tasks babyai --out eval/qwen
+
+The second plays the same protocol against an OpenAI-compatible server (:mod:`verlog.eval.endpoint`).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ EVAL_LOG = "logs/eval.log"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        required=True,
-        help="a Hugging Face folder, a verl checkpoint's huggingface/ folder, a global_step_K folder or a run folder",
+        default=None,
+        help="a Hugging Face folder, a verl checkpoint's huggingface/ folder, a global_step_K folder or a run folder "
+        "(or --endpoint instead)",
     )
     parser.add_argument(
         "--tasks",
@@ -63,13 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     accept_negative_lists(parser)
     parser.add_argument("--out", required=True, help="output folder: summary.json, episodes.jsonl, turns.jsonl")
-    parser.add_argument("--engine", choices=("vllm", "transformers"), default="vllm")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    parser.add_argument("--engine", choices=("vllm", "transformers"), default=None, help="local engine (default vllm)")
+    parser.add_argument(
+        "--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=None, help="local engine (default auto)"
+    )
     parser.add_argument("--temperature", type=float_in(0.0), default=1.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float_in(0.0, 1.0, low_open=True), default=1.0)
     parser.add_argument("--max-tokens", type=int_at_least(1), default=512, help="most tokens per response")
     parser.add_argument(
-        "--max-prompt-tokens", type=int_at_least(1), default=1024, help="prompt budget (old turns dropped)"
+        "--max-prompt-tokens",
+        type=int_at_least(1),
+        default=None,
+        help=f"prompt budget, old turns dropped (default {MAX_PROMPT_TOKENS}; with --endpoint it needs --tokenizer)",
     )
     add_memory_arguments(parser)
     add_answer_format_argument(parser)
@@ -92,7 +101,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"show the engine's log (vLLM) on the terminal; by default it goes to OUT/{EVAL_LOG}",
     )
+    _add_endpoint_arguments(parser)
     add_import_argument(parser)
+
+
+def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    from verlog.eval.endpoint import DEFAULT_KEY_ENV
+
+    group = parser.add_argument_group(
+        "a served model (an OpenAI-compatible chat-completions server, docs/evaluation.md)"
+    )
+    group.add_argument("--endpoint", default=None, help="the API's base URL, e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--served-model", default=None, help="the model's name at the endpoint (its /v1/models)")
+    group.add_argument(
+        "--api-key-env",
+        default=DEFAULT_KEY_ENV,
+        help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV}; unset: no key sent)",
+    )
+    group.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a folder with the served model's tokenizer: prompts counted and cut to --max-prompt-tokens, token ids "
+        "decoded as the local engine does (vLLM servers)",
+    )
+    group.add_argument(
+        "--request-timeout", type=float_in(0.0, low_open=True), default=120.0, help="seconds per request (120)"
+    )
+    group.add_argument(
+        "--retries",
+        type=int_at_least(0),
+        default=6,
+        help="retries of a request after a connection error, a timeout, 429 or 5xx, with backoff (6)",
+    )
+    group.add_argument(
+        "--requests-per-minute", type=float_in(0.0, low_open=True), default=None, help="rate limit (default none)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,17 +173,24 @@ def run(args: argparse.Namespace) -> int:
         )
     except (EvalProtocolError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    # everything an engine start would waste time on is checked first: the output folder, the model folder and its
-    # tokenizer, each task's env and its first prompt
+    _check_source(args)
+    # everything an engine start (or a request) would waste time on is checked first: the output folder, the model
+    # folder and its tokenizer, each task's env and its first prompt
     _check_out_folder(args)
-    model_path = _check_model(args)
+    if args.endpoint is not None:
+        model_path: Path | str = args.served_model
+        tokenizer = None if args.tokenizer is None else _tokenizer(_check_tokenizer(args.tokenizer), "--tokenizer")
+    else:
+        model_path = _check_model(args)
+        tokenizer = _tokenizer(model_path)
     _check_resume(args, protocol, model_path, sampling, memory)
-    tokenizer = _tokenizer(model_path)
     kwargs = dict(env_kwargs, **({} if args.max_steps is None else {"max_steps": args.max_steps}))
     for task in protocol.tasks:
         env = build_env(task, kwargs, "--env-kwargs", seed=protocol.seed_list()[0])
         try:
-            _check_budget(env, task, tokenizer, memory, args.max_prompt_tokens, protocol.seed_list()[0], model_path)
+            if tokenizer is not None:
+                counted = args.tokenizer or model_path
+                _check_budget(env, task, tokenizer, memory, args.max_prompt_tokens, protocol.seed_list()[0], counted)
         finally:
             env.close()
     n_episodes = len(protocol.episodes())
@@ -148,14 +198,154 @@ def run(args: argparse.Namespace) -> int:
     seeds_text = f"seeds {seed_list[0]}..{seed_list[-1]}" if seeds is None else f"{len(seed_list)} explicit seeds"
     say(
         f"verlog eval: {len(protocol.tasks)} task(s) x {protocol.episodes_per_task} episodes = {n_episodes}, "
-        f"{seeds_text}, engine {args.engine}, model {model_path}"
+        f"{seeds_text}, engine {args.engine}, model {_model_shown(args, model_path)}"
     )
-    summary = _evaluate_quietly(args, protocol, model_path, sampling, memory)
+    if args.endpoint is not None:
+        summary = _evaluate_endpoint(args, protocol, tokenizer, sampling, memory)
+    else:
+        summary = _evaluate_quietly(args, protocol, model_path, sampling, memory)
     say("")
     for line in format_table(summary).splitlines():
         say(line)
     say(f"\nwrote {args.out}/summary.json and episodes.jsonl ({summary['wall_time_s']:.1f} s)")
     return 0
+
+
+MAX_PROMPT_TOKENS = 1024
+"""The prompt budget without ``--max-prompt-tokens`` (none for an endpoint without ``--tokenizer``)."""
+
+
+def _check_source(args: argparse.Namespace) -> None:
+    """Either ``--model`` (a local engine) or ``--endpoint`` with ``--served-model``, and only the options that go
+    with the one given; fills in the defaults (engine, dtype, prompt budget)."""
+    if args.endpoint is None:
+        extra = [f"--{name.replace('_', '-')}" for name in ("served_model", "tokenizer") if getattr(args, name)]
+        if args.model is None:
+            raise UsageError(
+                "give the model to evaluate: --model PATH (a local folder or run) or --endpoint URL --served-model "
+                "NAME (an OpenAI-compatible server)"
+            )
+        if extra:
+            raise UsageError(
+                f"{extra[0]} goes with --endpoint URL: drop it, or evaluate a served model with --endpoint"
+            )
+        args.engine, args.dtype = args.engine or "vllm", args.dtype or "auto"
+        args.max_prompt_tokens = args.max_prompt_tokens or MAX_PROMPT_TOKENS
+        return
+    from verlog.eval.endpoint import ENGINE
+
+    local = [
+        opt for opt, value in (("--model", args.model), ("--engine", args.engine), ("--dtype", args.dtype)) if value
+    ]
+    if local:
+        raise UsageError(
+            f"{local[0]} does not go with --endpoint: the server runs the model; drop {local[0]} (--tokenizer PATH "
+            "gives the served model's tokenizer, to count prompt tokens)"
+        )
+    if not args.served_model:
+        raise UsageError(
+            "--endpoint needs --served-model NAME, the model's name at the server (GET <endpoint>/models lists them)"
+        )
+    if args.max_prompt_tokens is not None and args.tokenizer is None:
+        raise UsageError(
+            "--max-prompt-tokens with --endpoint needs --tokenizer PATH (the served model's tokenizer counts the "
+            "prompt); without one, prompts keep their --memory-n turns whole"
+        )
+    args.engine = ENGINE
+    if args.tokenizer is not None:
+        args.max_prompt_tokens = args.max_prompt_tokens or MAX_PROMPT_TOKENS
+
+
+def _model_shown(args: argparse.Namespace, model_path: Path | str) -> str:
+    """The model as the console names it: its folder, or the served name and where (never a key)."""
+    if args.endpoint is None:
+        return str(model_path)
+    from verlog.eval.endpoint import shown_url
+
+    return f"{args.served_model} at {shown_url(args.endpoint)}"
+
+
+def _check_tokenizer(path: str) -> Path:
+    """``--tokenizer``'s folder, or UsageError."""
+    folder = Path(path).expanduser()
+    if not (folder / "tokenizer_config.json").is_file():
+        raise UsageError(
+            f"--tokenizer {path!r} holds no tokenizer (no tokenizer_config.json): give the served model's Hugging "
+            "Face folder, or leave --tokenizer out"
+        )
+    return folder
+
+
+def _progress(args: argparse.Namespace, n_episodes: int) -> tuple[Any, list[float]]:
+    """The per-episode line (unless ``--quiet``) and the clock its ETA counts from (reset when episodes start)."""
+    import time
+
+    finished = [0]
+    started = [time.monotonic()]
+
+    def progress(rec: Any) -> None:
+        finished[0] += 1
+        if not args.quiet:
+            eta = (time.monotonic() - started[0]) / finished[0] * (n_episodes - finished[0])
+            say(
+                f"[{finished[0]}/{n_episodes}] {rec.episode_id} seed {rec.seed}: "
+                f"{'success' if rec.success else 'failure'}, return {rec.episode_return:.2f}, "
+                f"{rec.num_steps} steps, valid {rec.valid_action_rate:.2f} | ETA {duration(eta)}"
+            )
+
+    return progress, started
+
+
+def _evaluate_endpoint(args: argparse.Namespace, protocol: Any, tokenizer: Any, sampling: Any, memory: Any) -> dict:
+    """Check the endpoint (exit 2 when it does not answer, serves another model or refuses the key), then play
+    every episode against it. A server lost during the run is EndpointDownError (exit 1) with the resume hint."""
+    import time
+
+    from verlog.eval import evaluate
+    from verlog.eval.endpoint import EndpointDownError, EndpointError, connect
+    from verlog.eval.protocol import EvalProtocolError
+    from verlog.eval.report import EPISODES_FILE
+
+    try:
+        model = connect(
+            args.endpoint,
+            args.served_model,
+            key_env=args.api_key_env,
+            tokenizer=tokenizer,
+            tokenizer_path=None if args.tokenizer is None else Path(args.tokenizer).absolute(),
+            timeout=args.request_timeout,
+            retries=args.retries,
+            requests_per_minute=args.requests_per_minute,
+            sampling_seed=args.sampling_seed,
+            on_retry=lambda line: say(f"verlog eval: {line}", err=True),
+        )
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    progress, started = _progress(args, len(protocol.episodes()))
+    started[0] = time.monotonic()
+    try:
+        return evaluate(
+            protocol,
+            model,
+            sampling,
+            args.out,
+            memory=memory,
+            max_prompt_tokens=args.max_prompt_tokens,
+            concurrency=args.concurrency,
+            log_turns=args.log_turns,
+            resume=args.resume,
+            n_resamples=args.bootstrap_resamples,
+            on_episode=progress,
+        )
+    except EvalProtocolError as exc:
+        raise UsageError(str(exc)) from None
+    except EndpointDownError as exc:
+        episodes = Path(args.out) / EPISODES_FILE
+        kept = sum(1 for line in episodes.open(encoding="utf-8") if line.strip()) if episodes.exists() else 0
+        raise EndpointDownError(
+            f"{exc}; the {kept} finished episode(s) are kept in {episodes}: once the server answers again, run the "
+            "same command with --resume to play the rest"
+        ) from None
 
 
 def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> dict:
@@ -169,20 +359,8 @@ def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path,
     from verlog.eval.protocol import EvalProtocolError
 
     log = Path(args.out) / EVAL_LOG
-    n_episodes = len(protocol.episodes())
     console = QuietConsole(log, verbose=args.verbose, title=f"verlog eval --model {args.model} --out {args.out}")
-    finished = [0]
-    started = [time.monotonic()]
-
-    def progress(rec: Any) -> None:
-        finished[0] += 1
-        if not args.quiet:
-            eta = (time.monotonic() - started[0]) / finished[0] * (n_episodes - finished[0])
-            say(
-                f"[{finished[0]}/{n_episodes}] {rec.episode_id} seed {rec.seed}: "
-                f"{'success' if rec.success else 'failure'}, return {rec.episode_return:.2f}, "
-                f"{rec.num_steps} steps, valid {rec.valid_action_rate:.2f} | ETA {duration(eta)}"
-            )
+    progress, started = _progress(args, len(protocol.episodes()))
 
     try:
         with console:
@@ -282,7 +460,7 @@ def _check_out_folder(args: argparse.Namespace) -> None:
         )
 
 
-def _check_resume(args: argparse.Namespace, protocol: Any, model_path: Path, sampling: Any, memory: Any) -> None:
+def _check_resume(args: argparse.Namespace, protocol: Any, model_path: Path | str, sampling: Any, memory: Any) -> None:
     """With ``--resume``, the evaluation in ``--out`` has the same settings
     (:func:`verlog.eval.evaluation.other_evaluation`)."""
     from verlog.eval.evaluation import evaluation_settings, other_evaluation
@@ -297,17 +475,19 @@ def _check_resume(args: argparse.Namespace, protocol: Any, model_path: Path, sam
         raise UsageError(other)
 
 
-def _tokenizer(model_path: Path) -> Any:
+def _tokenizer(model_path: Path, option: str = "--model") -> Any:
     """The model's tokenizer, with a chat template (every prompt is rendered with it), or UsageError."""
     from verlog.model_folder import ModelFolderError, load_chat_tokenizer
 
     try:
         return load_chat_tokenizer(model_path)
     except ModelFolderError as exc:
-        raise UsageError(f"--model: {exc}") from None
+        raise UsageError(f"{option}: {exc}") from None
 
 
-def _check_budget(env: Any, task: str, tokenizer: Any, memory: Any, budget: int, seed: int, model_path: Path) -> None:
+def _check_budget(
+    env: Any, task: str, tokenizer: Any, memory: Any, budget: int, seed: int, model_path: Path | str
+) -> None:
     """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompt_budget.budget_problem`)."""
     from verlog.prompt_budget import budget_problem
 

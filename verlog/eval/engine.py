@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from verlog.errors import EngineStartError, VerlogError
 from verlog.model_folder import ModelFolderError, has_weights, load_chat_tokenizer
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
+from verlog.rollout.stepper import GeneratorPolicy, Policy
+from verlog.sampling import SamplingConfig
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -66,6 +68,23 @@ def resolve_dtype(dtype: str, on_gpu: bool) -> str:
     return dtype
 
 
+class EvalModel(Protocol):
+    """What an evaluation needs of a model: a local engine (:class:`LoadedModel`) or a served one
+    (:class:`verlog.eval.endpoint.EndpointModel`); the runner does not know which."""
+
+    tokenizer: Any
+    engine: str
+
+    @property
+    def model_path(self) -> Path | str: ...
+
+    def policy(self, sampling: SamplingConfig, retries: int = 1) -> Policy: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class LoadedModel:
     """A started engine with its tokenizer, and what was loaded (for the summary)."""
@@ -79,6 +98,10 @@ class LoadedModel:
 
     def describe(self) -> dict[str, str]:
         return {"path": str(self.model_path), "engine": self.engine, "dtype": self.dtype, "device": self.device}
+
+    def policy(self, sampling: SamplingConfig, retries: int = 1) -> Policy:
+        """What the runner plays with: the engine behind a :class:`~verlog.rollout.stepper.GeneratorPolicy`."""
+        return GeneratorPolicy(self.generator, self.tokenizer, sampling, retries=retries)
 
     def close(self) -> None:
         """Stop the engine (vLLM's processes; nothing for transformers)."""

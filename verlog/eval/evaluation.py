@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from verlog.eval.engine import LoadedModel
+from verlog.eval.engine import EvalModel
 from verlog.eval.protocol import EvalProtocol, EvalProtocolError
 from verlog.eval.report import (
     EPISODES_FILE,
@@ -29,15 +29,15 @@ from verlog.eval.report import (
     summarize,
     write_summary,
 )
-from verlog.eval.runner import EpisodeRecord, run_episodes
+from verlog.eval.runner import EpisodeRecord, play_episodes
 from verlog.logs import TurnLogWriter, iter_turn_logs
-from verlog.memory import MemoryConfig
+from verlog.memory import MemoryConfig, SlidingMemory
 from verlog.sampling import SamplingConfig
 
 
 def evaluate(
     protocol: EvalProtocol,
-    model: LoadedModel,
+    model: EvalModel,
     sampling: SamplingConfig,
     out_dir: str | Path,
     *,
@@ -97,19 +97,17 @@ def evaluate(
         _keep_finished_turns(out / TURNS_FILE, {r.episode_id for r in previous})
     writer = TurnLogWriter(out / TURNS_FILE, append=resume) if log_turns else None
     try:
-        new = run_episodes(
+        new = play_episodes(
             todo,
-            model.generator,
+            model.policy(sampling, generation_retries),
             model.tokenizer,
-            sampling,
-            memory=memory,
+            memory_factory=lambda: SlidingMemory.from_config(memory),
             max_prompt_tokens=max_prompt_tokens,
             concurrency=concurrency,
             env_kwargs=protocol.env_kwargs,
             max_steps=protocol.max_steps,
             turn_log=writer,
             on_episode=record,
-            generation_retries=generation_retries,
             in_process=in_process,
             num_workers=num_workers,
         )
@@ -145,7 +143,10 @@ def evaluation_settings(
     """What an evaluation is of, as its summary.json records it (the same keys): the model and engine, sampling,
     memory, prompt budget and protocol. :func:`other_evaluation` compares two of them."""
     return {
-        "model": {"path": str(Path(model_path).absolute()), "engine": engine},
+        "model": {
+            "path": str(model_path) if engine == "endpoint" else str(Path(model_path).absolute()),
+            "engine": engine,
+        },
         "sampling": {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
