@@ -349,8 +349,8 @@ class SoakGame:
             "next_values": next_values,
         }
         self.tapes.record(rows, tensors, step)
-        metrics = {**batch.metrics(), **estimate.metrics, **self.manager.last_timing}
-        append_jsonl(self.folder / "metrics.jsonl", [{"step": step, **metrics}])
+        metrics = {**batch.metrics(), **estimate.metrics, **batch.timing}
+        append_jsonl(RunFolder(self.folder).metrics, [{"step": step, **metrics}])
         log = {
             "start_episodes": start_episodes,
             "rows": len(rows),
@@ -717,13 +717,13 @@ def timed_collect(manager: Any, turns: int) -> dict[str, float]:
     workers = [psutil.Process(pid) for pid in manager.pool.worker_pids() if pid is not None]
     main_before, workers_before = cpu(main), sum(cpu(w) for w in workers)
     start = time.perf_counter()
-    manager.collect(turns)
+    batch = manager.collect(turns)
     wall = time.perf_counter() - start
     main_s = cpu(main) - main_before
     workers_s = sum(cpu(w) for w in workers) - workers_before
     return {
         "wall_s": wall,
-        "env_step_s": manager.last_timing["timing_s/rollout_env"],
+        "env_step_s": batch.timing["timing_s/rollout_env"],
         "cpu_s": main_s + workers_s,
         "main_cpu_s": main_s,
         "workers_cpu_s": workers_s,

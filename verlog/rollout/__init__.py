@@ -1,7 +1,9 @@
-"""Multi-turn rollouts: env slots + memories -> per-turn rows (see :mod:`verlog.rollout.manager`); the turn loop that
-training, evaluation, demos, the warm start and ``verlog play`` share is :mod:`verlog.rollout.stepper`."""
+"""Multi-turn rollouts: env slots + memories -> per-turn rows (see :mod:`verlog.rollout.manager`): the slots' state
+(:mod:`verlog.rollout.slots`) and the collectors that advance it (:mod:`verlog.rollout.collectors`); the turn loop
+that training, evaluation, demos, the warm start and ``verlog play`` share is :mod:`verlog.rollout.stepper`."""
 
 from verlog.rollout.batch import EpisodeStats, TurnBatch, TurnRow
+from verlog.rollout.collectors import Collector, GroupedCollector, LockstepCollector, PipelinedCollector
 from verlog.rollout.generator import (
     Generation,
     GenerationRequest,
@@ -10,21 +12,27 @@ from verlog.rollout.generator import (
     VerlServerGenerator,
     VllmEngineGenerator,
 )
-from verlog.rollout.manager import RolloutManager, RolloutStateError, make_env_pool
+from verlog.rollout.manager import RolloutManager
+from verlog.rollout.slots import RolloutSlots, RolloutStateError, make_env_pool
 from verlog.rollout.stepper import Answer, EpisodeStepper, GeneratorPolicy, Policy, PolicyInput, Stepped
 from verlog.sampling import SamplingConfig
 
 __all__ = [
     "Answer",
+    "Collector",
     "EpisodeStats",
     "EpisodeStepper",
     "Generation",
     "GenerationRequest",
     "Generator",
     "GeneratorPolicy",
+    "GroupedCollector",
+    "LockstepCollector",
+    "PipelinedCollector",
     "Policy",
     "PolicyInput",
     "RolloutManager",
+    "RolloutSlots",
     "RolloutStateError",
     "SamplingConfig",
     "Stepped",

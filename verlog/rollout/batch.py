@@ -127,15 +127,25 @@ class TurnBatch:
     """The rows of one rollout and the episodes that finished during it.
 
     ``group_size`` is set for group rollouts (whole episodes per iteration, slots in groups of that size).
+    ``timing`` is what the collector that built the batch measured while it did (:mod:`verlog.rollout.collectors`):
+    ``timing_s/rollout_generate`` and ``timing_s/rollout_env`` (seconds of generation and of env steps), and for a
+    pipelined rollout ``timing_s/rollout_overlap`` and ``rollout/pipelined``; the trainer logs them with
+    :meth:`metrics`.
     """
 
     rows: list[TurnRow] = field(default_factory=list)
     episodes: list[EpisodeStats] = field(default_factory=list)
     generation_retries: int = 0
     group_size: int | None = None
+    timing: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling: a batch pickled before ``timing`` existed (rows collected ahead, in an older checkpoint) gets
+        an empty one."""
+        self.__dict__.update({"timing": {}, **state})
 
     def link_rows(self) -> None:
         """Set every row's ``next_row`` (:func:`link_turns`)."""

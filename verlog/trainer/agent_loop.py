@@ -92,7 +92,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
                 for e in batch.episodes
             ],
         }
-        metrics = {**batch.metrics(), **self.rollout.last_timing}
+        metrics = {**batch.metrics(), **batch.timing}
         return RolloutRecord(-1, batch, metrics, log, elapsed)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:  # type: ignore[override]

@@ -144,7 +144,7 @@ def test_group_rows_feed_grpo(tokenizer):
 
 def test_unfinished_episode_rows_are_left_out(tokenizer):
     m = _manager(tokenizer, slots=4, group_size=2, max_steps=3)
-    m.check_step_limit = lambda turns: None  # an env whose limit is unknown: the batch can end mid-episode
+    m.collector.check_step_limit = lambda turns: None  # an env whose limit is unknown: the batch can end mid-episode
     batch = m.collect(2)  # seed 10: 2 turns, ends; seed 11: 3 turns, cut after 2
     by_slot = {s: [r for r in batch.rows if r.slot == s] for s in range(4)}
     assert all(r.trained for s in (0, 1) for r in by_slot[s])

@@ -43,7 +43,7 @@ def test_slots_play_the_families_the_curriculum_draws(tokenizer, generator):
     # the arm rewards and the metrics the trainer logs
     curriculum.q = {"len1": 0.0, "len3": 0.0}  # now uniform: the next episodes mix
     for slot in range(m.num_slots):
-        m._draw_next_task(slot)
+        m.slots.draw_next_task(slot)
     batch = m.collect(12)
     families = [r.task for r in batch.rows]
     assert set(families) == {"len1", "len3"}

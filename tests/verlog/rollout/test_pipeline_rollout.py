@@ -76,18 +76,15 @@ def test_pipelining_falls_back_to_lockstep_when_envs_answer_at_once(tokenizer):
     try:
         m = _manager(tokenizer, pool, pipeline_groups=2)
         m.pipeline_min_env_share = PIPELINE_MIN_ENV_SHARE
-        assert m.pipeline_pays()  # nothing measured yet
-        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.05}
-        assert not m.pipeline_pays()
-        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.2}
-        assert m.pipeline_pays()
-        m.last_timing = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.0}
+        assert m.collector.pays(None)  # nothing measured yet
+        assert not m.collector.pays({"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.05})
+        assert m.collector.pays({"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.2})
+        m.collector.previous = {"timing_s/rollout_generate": 1.0, "timing_s/rollout_env": 0.0}
         batch = m.collect(2)  # lockstep, and says so
         assert len(batch) == 8
-        assert m.last_timing["rollout/pipelined"] == 0.0 and m.last_timing["timing_s/rollout_overlap"] == 0.0
+        assert batch.timing["rollout/pipelined"] == 0.0 and batch.timing["timing_s/rollout_overlap"] == 0.0
         m.pipeline_min_env_share = 0.0
-        m.collect(2)
-        assert m.last_timing["rollout/pipelined"] == 1.0
+        assert m.collect(2).timing["rollout/pipelined"] == 1.0
     finally:
         m.close()
 
@@ -134,11 +131,11 @@ def test_pipeline_gives_the_lockstep_rows_episodes_and_state(tokenizer, case):
                 assert _rows(got) == _rows(want)
                 assert got.episodes == want.episodes
                 assert got.generation_retries == want.generation_retries
-                assert set(m.last_timing) == {*lockstep.last_timing, "timing_s/rollout_overlap", "rollout/pipelined"}
-                assert m.last_timing["rollout/pipelined"] == 1.0
+                assert set(got.timing) == {*want.timing, "timing_s/rollout_overlap", "rollout/pipelined"}
+                assert got.timing["rollout/pipelined"] == 1.0
                 assert m.state_dict() == lockstep.state_dict()
         assert ended >= 5 and lockstep.policy.retries_used > 0  # episodes ended (auto-reset), requests were retried
-        assert "timing_s/rollout_overlap" not in lockstep.last_timing  # lockstep logs what it always did
+        assert "timing_s/rollout_overlap" not in want.timing  # lockstep logs what it always did
     finally:
         for m in managers:
             m.close()
@@ -178,11 +175,11 @@ def test_group_1_generates_while_group_0_steps(tokenizer):
         assert met == [[2, 3]] and len(batch) == 12
         # every env step of the collect ran in the one env thread (the pool is never used by two threads)
         assert len(_MeetingEnv.threads) == 12 and all(t.startswith("verlog-rollout-env") for t in _MeetingEnv.threads)
-        assert m.last_timing["timing_s/rollout_overlap"] > 0.0
+        assert batch.timing["timing_s/rollout_overlap"] > 0.0
     finally:
         m.close()
     m.close()  # idempotent
-    assert pool.closed and m._executor is None
+    assert pool.closed and m.collector._executor is None
 
 
 class _FatalEnv(DelayedRewardEnv):
@@ -224,7 +221,8 @@ def test_errors_of_the_env_thread_and_of_generation_reach_the_caller(tokenizer):
     try:
         with pytest.raises(GeneratorDownError):
             m.collect(3)
-        assert m._executor is not None and m._executor.submit(lambda: "idle").result(timeout=5) == "idle"
+        executor = m.collector._executor
+        assert executor is not None and executor.submit(lambda: "idle").result(timeout=5) == "idle"
     finally:
         m.close()
 
