@@ -9,6 +9,10 @@ time-limit truncation, ``get_state``/``set_state``) then works for that env.
 attributes (gymnasium's toy-text envs, minigrid, most grid worlds, and the wrapped env's ``np_random``) and fails with
 :class:`~envs.errors.EnvStateError` for envs that hold windows, sockets, simulator handles or other unpicklable
 objects; such envs need their own TextEnv subclass with ``_game_get_state``/``_game_set_state``.
+
+Images (``images=``): the wrapped env's ``rgb_array`` render, its observation when the observation space is an
+image (``Box`` of shape ``[H, W, 3]``, dtype uint8), or what a function of ``(obs, info)`` returns, go into each
+observation's ``image`` (docs/adding-an-env.md, "Images").
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from envs.core import ParseMode, TextEnv, TextObservation
-from envs.errors import EnvStateError
+from envs.errors import EnvImageError, EnvStateError
 
 ACTIONS_HEADER = "The following are the possible actions you can take in the game"
 """First words of the action list the adapter appends to the instruction (BALROG's wording)."""
@@ -61,6 +66,48 @@ def default_progression(view: EpisodeView) -> float:
 
 
 Describe = Callable[[Any, dict[str, Any]], "str | TextObservation"]
+ImageSource = Callable[[Any, dict[str, Any]], np.ndarray]
+IMAGE_MODES = ("render", "observation")
+"""The named sources of the adapter's images: the wrapped env's ``rgb_array`` render, or its image observation."""
+
+
+def is_image_space(space: Any) -> bool:
+    """Whether ``space`` is an RGB image space: ``Box`` of shape ``[H, W, 3]`` and dtype uint8."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) == 3
+        and space.shape[2] == 3
+        and np.dtype(space.dtype) == np.uint8
+    )
+
+
+def image_source(env: gym.Env, images: bool | str | ImageSource) -> str | ImageSource | None:
+    """Where each observation's image comes from for ``images`` (see :class:`GymTextAdapter`): ``"render"``,
+    ``"observation"``, a function ``(obs, info) -> image``, or None (no image); EnvImageError when ``env`` cannot
+    give that image, with the fix."""
+    if images is False or images is None:
+        return None
+    if callable(images):
+        return images
+    if images is True:
+        images = "observation" if is_image_space(env.observation_space) else "render"
+    if images == "observation":
+        if not is_image_space(env.observation_space):
+            raise EnvImageError(
+                f"images='observation' needs an image observation space (Box [H, W, 3] uint8), the env has "
+                f"{env.observation_space!r}: use images='render', or a function (obs, info) -> image"
+            )
+        return images
+    if images == "render":
+        if getattr(env, "render_mode", None) != "rgb_array":
+            raise EnvImageError(
+                f"images='render' needs the env built with render_mode='rgb_array' (it has "
+                f"{getattr(env, 'render_mode', None)!r}): gymnasium.make(..., render_mode='rgb_array')"
+            )
+        return images
+    raise EnvImageError(
+        f"images must be True, False, one of {IMAGE_MODES} or a function (obs, info) -> image, got {images!r}"
+    )
 
 
 class GymTextAdapter(TextEnv):
@@ -81,9 +128,16 @@ class GymTextAdapter(TextEnv):
             else 100. A truncation reported by the wrapped env itself is kept too.
         progression: ``progression(view: EpisodeView) -> float`` in [0, 1]; by default 1.0 once solved.
         success: ``success(view: EpisodeView) -> bool``; by default "terminated with a positive last reward".
-        render_images: put ``env.render()`` (for ``render_mode="rgb_array"`` envs) into ``TextObservation.image``.
+        images: attach an image to each observation (``TextObservation.image``, ``[H, W, 3]`` uint8): ``"render"``
+            (the env's ``render()``; build it with ``render_mode="rgb_array"``), ``"observation"`` (the raw
+            observation itself, for an image observation space), a function ``(obs, info) -> image`` (e.g. one
+            entry of a Dict observation), or True (``"observation"`` for an image observation space, else
+            ``"render"``). False (default): text only.
+        render_images: the old spelling of ``images="render"``.
         parse_mode, format_penalty, invalid_action_feedback, time_limit: as in :class:`~envs.core.TextEnv`.
     """
+
+    provides_images = True  # when asked (images=...): the wrapped env's render or image observation
 
     def __init__(
         self,
@@ -96,6 +150,7 @@ class GymTextAdapter(TextEnv):
         max_steps: int | None = None,
         progression: Callable[[EpisodeView], float] = default_progression,
         success: Callable[[EpisodeView], bool] = default_success,
+        images: bool | str | ImageSource = False,
         render_images: bool = False,
         parse_mode: ParseMode = "strict",
         format_penalty: float = 0.0,
@@ -121,6 +176,9 @@ class GymTextAdapter(TextEnv):
             default_action = names[0]
         if default_action not in names:
             raise ValueError(f"default_action {default_action!r} is not one of the action names {names}")
+        if render_images and images is False:
+            images = "render"
+        source = image_source(env, images)
         if max_steps is None:
             spec_limit = env.spec.max_episode_steps if env.spec is not None else None
             max_steps = spec_limit or 100
@@ -129,8 +187,9 @@ class GymTextAdapter(TextEnv):
             format_penalty=format_penalty,
             invalid_action_feedback=invalid_action_feedback,
             max_steps=max_steps,
-            render_mode="rgb_array" if render_images else None,
+            render_mode="rgb_array" if source is not None else None,
             time_limit=time_limit,
+            images=source is not None,
         )
         self.env = env
         self.describe = describe
@@ -141,7 +200,7 @@ class GymTextAdapter(TextEnv):
         self._instruction_source = instruction
         self._progression_fn = progression
         self._success_fn = success
-        self._render_images = render_images
+        self._image_source = source
         self._action_index = {name: int(space.start) + i for i, name in enumerate(names)}
         self._view = EpisodeView(obs=None, info={})
         self._instruction_text = ""
@@ -159,7 +218,13 @@ class GymTextAdapter(TextEnv):
 
     def _observe(self) -> TextObservation:
         described = self.describe(self._view.obs, self._view.info)
-        image = self.env.render() if self._render_images else None
+        source, view = self._image_source, self._view
+        if source is None:
+            image = None
+        elif source == "render":
+            image = self.env.render()
+        else:
+            image = view.obs if source == "observation" else source(view.obs, view.info)
         if isinstance(described, TextObservation):
             return TextObservation.build(described.long_term, described.short_term, image)
         if not isinstance(described, str):

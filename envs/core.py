@@ -10,6 +10,8 @@ describes its own state and dynamics:
   ``episode_step``, ``progression`` and, once the episode ends, ``success``;
 - gymnasium's time-limit semantics: reaching ``max_steps`` gives ``truncated=True, terminated=False`` (or, with
   ``time_limit="terminate"``, ``terminated=True``: the task failed at the limit, as BALROG scores it);
+- images (``images=True``, for envs that draw them: :attr:`TextEnv.provides_images`): the observation's ``image``
+  is an RGB array ``[H, W, 3]`` uint8, checked when the observation is built (``envs.images``);
 - ``get_state()/set_state()`` as bytes (pickled, with a SHA-256 checksum and the env's kind and id), so an episode
   can continue in another process; ``set_state`` refuses a corrupted state or one of another env, and leaves the env
   unchanged when it refuses.
@@ -29,7 +31,8 @@ import numpy as np
 
 from envs import actions as action_parsing
 from envs.actions import PARSE_MODES, ParseMode
-from envs.errors import EnvStateError
+from envs.errors import EnvImageError, EnvStateError
+from envs.images import check_image
 from envs.sealed import ChecksumMismatch, seal, unseal
 
 TIME_LIMITS = ("truncate", "terminate")
@@ -69,13 +72,18 @@ class TextObservation:
             long-term context; only the long-term context when the short-term one is empty).
         long_term: the part of the observation that goes into the history of later prompts.
         short_term: the part shown only with the current observation (e.g. Crafter's status and inventory).
-        image: an RGB array ``[H, W, 3]`` uint8, or None.
+        image: an RGB array ``[H, W, 3]`` uint8 (the env's picture of this state), or None (text only, the
+            default). Checked when built: anything else raises :class:`envs.errors.EnvImageError`.
     """
 
     text: str
     long_term: str
     short_term: str = ""
     image: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.image is not None:
+            check_image(self.image)
 
     @classmethod
     def build(cls, long_term: str, short_term: str = "", image: np.ndarray | None = None) -> TextObservation:
@@ -128,7 +136,8 @@ class RecordsEnvId:
 class TextEnv(gym.Env, RecordsEnvId):
     """Base class of verlog's text environments.
 
-    Subclasses set ``actions`` (the valid action strings), ``default_action``, ``max_steps`` and implement:
+    Subclasses set ``actions`` (the valid action strings), ``default_action``, ``max_steps``, ``provides_images``
+    (True when they attach an image to their observations once ``images=True``) and implement:
 
     - ``_game_reset(seed, options) -> (TextObservation, info)``: start a new episode.
     - ``_game_step(action: str) -> (TextObservation, reward, terminated, info)``: execute one valid action string.
@@ -149,6 +158,9 @@ class TextEnv(gym.Env, RecordsEnvId):
         binary_reward: turn any positive step reward into 1.0 (Verlog's BabyAI setting); applied before the format
             penalty.
         max_steps: override the game's step limit.
+        images: attach the game's RGB picture of each state to its observations (``TextObservation.image``); off
+            by default, so that text-only runs draw nothing. An env whose ``provides_images`` is False refuses it
+            (:class:`envs.errors.EnvImageError`).
         time_limit: ``"truncate"`` (default): reaching the step limit gives ``truncated=True`` and training
             bootstraps the value of the state it stopped in; ``"terminate"``: it gives ``terminated=True`` (the task
             failed at the limit; BALROG scores it so), and the value after it is 0. ``info["time_limit_reached"]``
@@ -162,6 +174,8 @@ class TextEnv(gym.Env, RecordsEnvId):
     actions: list[str]
     default_action: str
     max_steps: int
+    provides_images: ClassVar[bool] = False
+    """Whether observations carry an image when built with ``images=True`` (the game draws one)."""
     env_id: str | None = None
     """The registered id this env was built from (set by ``envs.make``); saved states carry it."""
 
@@ -175,7 +189,15 @@ class TextEnv(gym.Env, RecordsEnvId):
         render_mode: str | None = "rgb_array",
         binary_reward: bool = False,
         time_limit: str = "truncate",
+        images: bool = False,
     ) -> None:
+        if images and not self.provides_images:
+            raise EnvImageError(
+                f"{type(self).__name__} draws no images, so images=True cannot be met: drop it (text only), or use "
+                "an env that draws them (babyai/*, crafter/default, babaisai/*, toy/visual, a GymTextAdapter with "
+                "images=...)"
+            )
+        self.images = bool(images)
         if parse_mode not in PARSE_MODES:
             raise ValueError(f"parse_mode must be one of {PARSE_MODES}, got {parse_mode!r}")
         if format_penalty < 0:

@@ -36,3 +36,8 @@ class EnvImportError(EnvError, ImportError):
 class EnvBuildError(EnvError, ValueError):
     """An env that does not build, or does not reset, with the keyword arguments given (``envs.registry.build_env``):
     the message names the argument at fault and where it came from."""
+
+
+class EnvImageError(EnvOutputError):
+    """An observation's image that breaks the rules (``envs.images.check_image``: a numpy array ``[H, W, 3]`` of
+    dtype uint8), or images asked of an env that draws none (``images=True``)."""

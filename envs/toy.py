@@ -92,6 +92,7 @@ def _register() -> None:
     from envs.registry import register
 
     register("toy/delayed", DelayedRewardEnv)
+    register("toy/visual", "envs.toy_visual:VisualToyEnv")
 
 
 _register()

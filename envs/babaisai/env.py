@@ -38,17 +38,20 @@ class BabaIsAIEnv(TextEnv):
 
     Args:
         task: one of :data:`envs.babaisai.TASKS`, e.g. ``"two_room-goto_win"``.
-        include_image: put an RGB render in every observation's ``image``.
+        include_image: the old spelling of ``images=True`` (an RGB render of the board, ``[height * 12, width * 12,
+            3]`` uint8, in every observation's ``image``).
         you_missing_text: text after a level reset. ``"balrog"``: BALROG's prefix, the old level's rules, then the
             new level's object list (BALROG prints a raw dict there; we print the proper list). ``"new_level"``:
             the prefix, a newline, then the new level's full observation.
-        **kwargs: TextEnv options (``parse_mode``, ``format_penalty``, ``invalid_action_feedback``, ``max_steps``).
+        **kwargs: TextEnv options (``parse_mode``, ``format_penalty``, ``invalid_action_feedback``, ``max_steps``,
+            ``images``).
 
     ``reset(options={"board": text})`` plays a hand-written board (format of :mod:`envs.babaisai.boards`) instead
     of a generated level; a level reset after that draws a generated level again.
     """
 
     default_action = "idle"
+    provides_images = True
     max_steps = MAX_STEPS
 
     def __init__(
@@ -64,10 +67,11 @@ class BabaIsAIEnv(TextEnv):
         if you_missing_text not in ("balrog", "new_level"):
             raise ValueError(f"you_missing_text must be 'balrog' or 'new_level', got {you_missing_text!r}")
         kwargs.pop("add_ruleset", None)  # BALROG passes it; rules are always shown
+        if include_image:
+            kwargs["images"] = True
         super().__init__(**kwargs)
         self.actions = list(ACTIONS)
         self.task = task
-        self.include_image = include_image
         self.you_missing_text: YouMissingText = you_missing_text
         self._rng: np.random.RandomState | None = None
         self.level: Level | None = None
@@ -99,7 +103,7 @@ class BabaIsAIEnv(TextEnv):
         self._won = False
 
     def _observation(self, long_term: str) -> TextObservation:
-        image = self.render() if self.include_image else None
+        image = self.render() if self.images else None
         return TextObservation.build(long_term, image=image)
 
     def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:

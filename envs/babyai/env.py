@@ -26,12 +26,15 @@ class BabyAITextEnv(TextEnv):
         kind: ``goto``, ``pickup``, ``open``, ``putnext`` or ``pick_up_seq_go_to``.
         num_dists: extra distractor objects (0 as in BALROG; the pre-2024-12-10 BALROG variant used 8).
         instruction_variant: ``"balrog"`` or ``"verlog"`` (Verlog's two corrected action descriptions).
-        render_image: attach minigrid's agent-view render (``get_pov_render(tile_size=16)``) to each observation.
+        render_image: the old spelling of ``images=True``.
         **kwargs: :class:`envs.core.TextEnv` options (``parse_mode``, ``format_penalty``,
-            ``invalid_action_feedback``, ``max_steps``).
+            ``invalid_action_feedback``, ``max_steps``, ``images``). ``images=True`` attaches minigrid's agent-view
+            render to each observation (BALROG's VLM mode: ``get_pov_render(tile_size=16)``, the 7x7 cells in
+            front of the agent, ``[112, 112, 3]`` uint8).
     """
 
     default_action = "go forward"
+    provides_images = True
 
     def __init__(
         self,
@@ -42,12 +45,13 @@ class BabyAITextEnv(TextEnv):
         render_image: bool = False,
         **kwargs: Any,
     ) -> None:
+        if render_image:
+            kwargs["images"] = True
         super().__init__(**kwargs)
         if instruction_variant not in ("balrog", "verlog"):
             raise ValueError(f"instruction_variant must be 'balrog' or 'verlog', got {instruction_variant!r}")
         self.kind = canonical_kind(kind)
         self.instruction_variant = instruction_variant
-        self.render_image = render_image
         self.actions = list(ACTIONS)
         self.level = MixedLocalLevel(self.kind, num_dists=num_dists)
         # the level sets it at each reset (64 or 128); known in advance because the kind is fixed
@@ -78,7 +82,7 @@ class BabyAITextEnv(TextEnv):
 
     # ------------------------------------------------------------------ game hooks
     def _observe(self, obs: dict[str, Any]) -> TextObservation:
-        image = self.level.get_pov_render(tile_size=16) if self.render_image else None
+        image = self.level.get_pov_render(tile_size=16) if self.images else None
         return TextObservation.build(describe(obs["image"], self.level.carrying), "", image)
 
     def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:

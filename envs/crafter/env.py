@@ -34,17 +34,22 @@ class CrafterTextEnv(TextEnv):
         achievements: ``"all"`` (BALROG: the prompt lists the 22 achievements, fixed) or ``"remaining"`` (only those
             not unlocked yet, rebuilt every step).
         text_variant: BALROG's observation text version, ``"v2"`` (HEAD, default), ``"v1"`` (Verlog's) or ``"v0"``.
-        render_image: attach crafter's 256x256 RGB frame to each observation (costs about a millisecond a step;
-            the game evolves the same either way).
+        render_image: the old spelling of ``images=True``.
         **kwargs: :class:`envs.core.TextEnv` options (``parse_mode``, ``format_penalty``,
-            ``invalid_action_feedback``, ``max_steps``).
+            ``invalid_action_feedback``, ``max_steps``, ``images``). ``images=True`` attaches crafter's own frame to
+            each observation: the local view (9x7 cells around the player) above the inventory, ``[256, 256, 3]``
+            uint8, as BALROG's VLM mode shows it (costs about a millisecond a step; the game evolves the same either
+            way).
     """
 
     default_action = "Noop"
+    provides_images = True
 
     def __init__(
         self, *, achievements: str = "all", text_variant: str = "v2", render_image: bool = False, **kwargs: Any
     ) -> None:
+        if render_image:
+            kwargs["images"] = True
         super().__init__(**kwargs)
         if achievements not in ("all", "remaining"):
             raise ValueError(f"achievements must be 'all' or 'remaining', got {achievements!r}")
@@ -52,7 +57,6 @@ class CrafterTextEnv(TextEnv):
             raise ValueError(f"text_variant must be one of {TEXT_VARIANTS}, got {text_variant!r}")
         self.text_variant = text_variant
         self.achievements_in_prompt = achievements
-        self.render_image = render_image
         self.actions = list(ACTIONS)
         self.max_steps = self._max_steps_override or 2000
         self.game: CrafterGame | None = None
@@ -100,7 +104,7 @@ class CrafterTextEnv(TextEnv):
             if seed is None:
                 seed = int(self.np_random.integers(0, 2**31 - 1))
             if self.game is None:
-                self.game = CrafterGame(seed, render=self.render_image)
+                self.game = CrafterGame(seed, render=self.images)
             self.game.reseed(seed)
         self.game.reset()
         image, _, _, info = self.game.step(0)  # BALROG's reset: one noop, reward dropped
@@ -139,5 +143,5 @@ class CrafterTextEnv(TextEnv):
             self.game = None
             return
         if self.game is None:
-            self.game = CrafterGame(state["seed"], render=self.render_image)
+            self.game = CrafterGame(state["seed"], render=self.images)
         self.game.set_state(state)

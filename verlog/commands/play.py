@@ -281,6 +281,7 @@ def play(
             say(f"=== Instruction ===\n{turn.instruction}\n")
         info = current["info"]
         say(f"--- Episode {current['finished'] + 1}, step {info.get('episode_step', 0)} ---\n{current['obs'].text}")
+        show_image(getattr(getattr(env, "last_observation", None), "image", None), interactive, say)
         while True:
             line = read_line("action> ")
             if not line:  # end of input
@@ -366,6 +367,23 @@ def play(
                 episode_return = 0.0
     finally:
         pool.close()
+
+
+def show_image(image: Any, interactive: bool, say: Any) -> None:
+    """An observation's image (envs.images): saved as a PNG whose path is printed, and drawn in the terminal when
+    it is one (24-bit colour)."""
+    if image is None:
+        return
+    import tempfile
+
+    from envs.images import ansi_image, write_png
+
+    folder = Path(tempfile.gettempdir()) / "verlog-play-frames"
+    folder.mkdir(exist_ok=True)
+    path = write_png(image, folder / f"frame-{os.getpid()}-{time.monotonic_ns()}.png")
+    if interactive:
+        say(ansi_image(image))
+    say(f"[image {image.shape[1]}x{image.shape[0]}: {path}]")
 
 
 def _read_line_interruptibly(fd: int) -> str:

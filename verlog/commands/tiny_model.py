@@ -1,5 +1,6 @@
 """``verlog tiny-model OUT``: build a tiny random-weight Qwen2 model and tokenizer for smoke runs, optionally with a
-format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid answers, verlog.warm_start)."""
+format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid answers, verlog.warm_start).
+``--vision`` builds a tiny Qwen2-VL model with its image processor instead (verlog.tiny_vlm, docs/vision.md)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--vocab-size", type=int_at_least(1), default=512)
     parser.add_argument("--seed", type=int_at_least(0), default=0)
+    parser.add_argument(
+        "--vision",
+        action="store_true",
+        help="a tiny Qwen2-VL vision-language model (a small vision tower before the text model) with its image "
+        "processor and a chat template that places images (docs/vision.md); no warm start yet",
+    )
     group = parser.add_argument_group("format-only warm start (plain-torch SFT on random valid answers)")
     group.add_argument("--warm-start", metavar="ENV_ID", default=None, help="fine-tune on this env's prompts")
     group.add_argument("--warm-start-steps", type=int_at_least(1), default=250)
@@ -69,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
     import_user_modules(args.imports)
+    if args.vision:
+        return _run_vision(args)
     spec = TinyModelSpec(
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
@@ -130,6 +139,45 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"tiny model written to {out}")
+    return 0
+
+
+def _run_vision(args: argparse.Namespace) -> int:
+    """``--vision``: build the tiny VLM in a staging folder and move it into OUT."""
+    from transformers.utils import logging as transformers_logging
+
+    from verlog.testing import DEFAULT_CORPUS, env_corpus
+    from verlog.tiny_vlm import TinyVLMSpec, build_tiny_vlm
+
+    if args.warm_start is not None:
+        raise UsageError("--warm-start is not available with --vision yet: build the model without it")
+    spec = TinyVLMSpec(
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        intermediate_size=args.intermediate_size or 2 * args.hidden_size,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+    )
+    try:
+        spec.validate()
+    except ValueError as exc:
+        raise UsageError(f"{exc} (--hidden-size, --num-heads, --num-kv-heads, --vocab-size)") from None
+    for env_id in args.tokenizer_env:
+        check_env_id(env_id, "--tokenizer-env")
+    out = check_output_folder(args.out, "OUT", force=args.force, what="the model")
+    corpus = [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
+    transformers_logging.disable_progress_bar()
+    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-vlm-"))
+    try:
+        build_tiny_vlm(staging, corpus=corpus, spec=spec)
+        out.mkdir(parents=True, exist_ok=True)
+        for item in sorted(staging.iterdir()):
+            shutil.move(str(item), str(out / item.name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"tiny vision-language model (Qwen2-VL) written to {out}")
     return 0
 
 
