@@ -48,9 +48,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.eval.training",
         ),
     ),
-    # the typed training config and its checks: envs and plain modules only; the estimators' registry (each entry
-    # declares its config checks, which the checks ask it for)
-    ("config", ("verlog.config.*", "verlog.estimators")),
+    # the typed training config and its checks: envs and plain modules only; the estimators' and the async modes'
+    # registries (each entry declares its config checks, which the checks ask it for)
+    ("config", ("verlog.config.*", "verlog.estimators", "verlog.async_modes")),
     (
         "library",  # rollout, evaluation, demos, SFT, viewer, the CPU platform: never the config or the trainer
         (

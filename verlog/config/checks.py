@@ -22,8 +22,9 @@ from verlog.config import schema
 from verlog.config.compose import MOVED_KEYS
 from verlog.config.env_backend import env_backend_problems
 from verlog.config.problems import Problem
-from verlog.config.schema import ASYNC_MODES, LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_MODES, TrainConfig
+from verlog.config.schema import LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_MODES, TrainConfig
 from verlog.config.trackers import missing_tracker_packages
+from verlog.config.verl_section import VERL_CORRECTION, is_true, verl_setting
 from verlog.errors import VerlogError
 
 
@@ -215,6 +216,7 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
     from envs.actions import PARSE_MODES
     from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES, TURN_TRACES
+    from verlog.async_modes import LOCKSTEP, mode_names
     from verlog.estimators import choices_meaning, estimator_names
     from verlog.group_advantage import GROUP_NORMS
     from verlog.memory import ANSWER_FORMATS
@@ -232,7 +234,7 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
         _choice("algorithm.group_norm", cfg.algorithm.group_norm, GROUP_NORMS),
         _choice("algorithm.advantage_level", cfg.algorithm.advantage_level, ADVANTAGE_LEVELS),
         _choice("algorithm.boundary", cfg.algorithm.boundary, BOUNDARIES, "bootstrap: V(s_T), verlog's"),
-        _choice("rollout.async_mode", cfg.rollout.async_mode, ASYNC_MODES, "off: lockstep"),
+        _choice("rollout.async_mode", cfg.rollout.async_mode, mode_names(), f"{LOCKSTEP}: lockstep"),
         _choice("algorithm.rollout_is", cfg.algorithm.rollout_is, ROLLOUT_IS_MODES, "verl's importance weights"),
         _choice("algorithm.turn_trace", cfg.algorithm.turn_trace, TURN_TRACES, "vtrace: cut by min(1, rho)"),
     ]
@@ -348,39 +350,13 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------------------ async rollouts
-VERL_SLEEP_KEYS = {
-    "actor_rollout_ref.rollout.enable_sleep_mode": "sleep mode",
-    "actor_rollout_ref.rollout.free_cache_engine": "cache freeing",
-}
-"""``verl:`` keys that let the hybrid engine free the inference server's weights between rollouts -> their name."""
-VERL_CORRECTION = "algorithm.rollout_correction"
-"""verl's rollout-correction section (under ``verl:``): verlog fills it from ``algorithm.rollout_is``."""
-
-
-def verl_setting(cfg: TrainConfig, key: str) -> Any:
-    """The value ``verl:`` sets for verl's dotted ``key`` (nested sections or dotted names alike), or None."""
-
-    def flat(node: Any, prefix: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in dict(node).items():
-            name = f"{prefix}{k}"
-            out.update(flat(v, name + ".") if isinstance(v, dict) else {name: v})
-        return out
-
-    return flat(cfg.verl or {}, "").get(key)
-
-
-def _is_true(value: Any) -> bool:
-    return value is True or str(value).strip().lower() == "true"
-
-
 def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """What the asynchronous rollouts (``rollout.async_mode``) cannot honour, and the off-policy settings that need
-    them (docs/configuration.md): each a :class:`Problem` naming the fix. Runs on choices that passed
-    :func:`check_values`."""
+    them (docs/configuration.md): each a :class:`Problem` naming the fix. The mode's own problems come from its
+    registry entry (verlog/async_modes.py). Runs on choices that passed :func:`check_values`."""
+    from verlog.async_modes import get_async_mode
+
     bad = set(skip) | {p.key for p in check_values(cfg)}
-    ro, alg = cfg.rollout, cfg.algorithm
-    mode = ro.async_mode
     problems = []
     rs = verl_setting(cfg, f"{VERL_CORRECTION}.rollout_rs")
     if rs not in (None, "", "null", "None", False):
@@ -391,60 +367,9 @@ def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
                 f"outside it: drop verl.{VERL_CORRECTION}.rollout_rs (verlog corrects with algorithm.rollout_is)",
             )
         )
-    if mode in ("off", "pipeline") and alg.turn_trace == "vtrace" and "algorithm.turn_trace" not in bad:
-        problems.append(
-            Problem(
-                "algorithm.turn_trace",
-                f"vtrace cuts the trace at turns sampled by an older policy, but with rollout.async_mode={mode} every "
-                "turn is sampled by the policy being trained (nothing is off-policy): set algorithm.turn_trace="
-                "full, or an async mode that runs ahead (rollout.async_mode=one_step_off|in_flight)",
-            )
-        )
-    if "rollout.async_mode" in bad or mode == "off":
+    if "rollout.async_mode" in bad:
         return problems
-    if mode == "pipeline" and not {"rollout.pipeline_groups", "rollout.num_slots"} & bad:
-        if ro.pipeline_groups > ro.num_slots:
-            problems.append(
-                Problem(
-                    "rollout.pipeline_groups",
-                    f"{ro.pipeline_groups} slot groups for {ro.num_slots} slots (rollout.num_slots): a group needs a "
-                    f"slot; set rollout.pipeline_groups={max(2, min(ro.pipeline_groups, ro.num_slots))} or raise "
-                    "rollout.num_slots",
-                )
-            )
-    if "algorithm.estimator" not in bad:
-        from verlog.estimators import REGISTRY, Grouping
-
-        if REGISTRY[alg.estimator].grouping is Grouping.GROUPS:
-            slots = " or ".join(n for n, e in REGISTRY.items() if e.grouping is Grouping.SLOTS)
-            problems.append(
-                Problem(
-                    "rollout.async_mode",
-                    f"{mode} runs on persistent slots, but algorithm.estimator={alg.estimator} needs group rollouts "
-                    f"(whole episodes of a group in each iteration): set rollout.async_mode=off, or "
-                    f"algorithm.estimator={slots}",
-                )
-            )
-    for key, what in VERL_SLEEP_KEYS.items():
-        if _is_true(verl_setting(cfg, key)):
-            problems.append(
-                Problem(
-                    f"verl.{key}",
-                    f"verl's {what} frees the inference server's weights outside verl's own generation step, and "
-                    f"with rollout.async_mode={mode} the background rollout is using them then: set "
-                    f"verl.{key}=false, or rollout.async_mode=off",
-                )
-            )
-    if _is_true(verl_setting(cfg, f"{VERL_CORRECTION}.bypass_mode")):
-        problems.append(
-            Problem(
-                f"verl.{VERL_CORRECTION}.bypass_mode",
-                f"with rollout.async_mode={mode} verlog corrects stale rows in verl's decoupled mode (old log-probs "
-                f"recomputed; algorithm.rollout_is, algorithm.turn_trace): drop verl.{VERL_CORRECTION}.bypass_mode "
-                "or set it to false",
-            )
-        )
-    return problems
+    return problems + get_async_mode(cfg.rollout.async_mode).problems(cfg, bad)
 
 
 # ------------------------------------------------------------------------------------------------ prefix sharing
@@ -477,7 +402,7 @@ def check_prefix_sharing(cfg: TrainConfig) -> list[Problem]:
     problems = []
     fix = "or hardware.prefix_sharing=false (verl's per-row passes)"
     for key, why in PREFIX_SHARING_CONFLICTS:
-        if _is_true(verl_setting(cfg, key)):
+        if is_true(verl_setting(cfg, key)):
             problems.append(
                 Problem(
                     f"verl.{key}",
@@ -494,7 +419,7 @@ def check_prefix_sharing(cfg: TrainConfig) -> list[Problem]:
                     f"cannot honour (a prefix and its rows must sit on one rank): set verl.{key}=1 {fix}",
                 )
             )
-    if verl_setting(cfg, "trainer.balance_batch") is not None and not _is_true(
+    if verl_setting(cfg, "trainer.balance_batch") is not None and not is_true(
         verl_setting(cfg, "trainer.balance_batch")
     ):
         problems.append(

@@ -22,8 +22,6 @@ from verlog.sampling import SamplingConfig
 from verlog.tapes import TapesConfig
 
 __all__ = [
-    "AHEAD_MODES",
-    "ASYNC_MODES",
     "LOGGERS",
     "OFF_CHOICES",
     "RESUME_MODES",
@@ -61,11 +59,6 @@ LOGGERS: tuple[str, ...] = (
 
 RESUME_MODES: tuple[str, ...] = ("auto", "disable")
 """``checkpoint.resume`` besides a path to ``.../checkpoints/global_step_K``."""
-ASYNC_MODES: tuple[str, ...] = ("off", "pipeline", "one_step_off", "in_flight")
-"""``rollout.async_mode`` (:class:`RolloutConfig`)."""
-AHEAD_MODES: tuple[str, ...] = ("one_step_off", "in_flight")
-"""The async modes whose rollout runs ahead of training (rows sampled by an older policy: verl's rollout correction,
-verlog/trainer/async_rollout.py)."""
 ROLLOUT_IS_MODES: tuple[str, ...] = ("token", "sequence", "off")
 """``algorithm.rollout_is`` (:class:`AlgorithmConfig`): verl's rollout-correction levels, or none."""
 OFF_CHOICES: tuple[str, ...] = ("rollout.async_mode", "algorithm.rollout_is")
@@ -85,7 +78,8 @@ class RolloutConfig:
         max_response_tokens: longest model answer in tokens.
         generation_retries: retries of a failed generation before the turn becomes an empty (invalid) answer.
         group_size: slots per group for the group estimators (grpo, gigpo); 1 with dual_gae.
-        async_mode: how rollout overlaps with the rest (docs/async.md; ``async`` itself is a Python keyword):
+        async_mode: how rollout overlaps with the rest (docs/async.md; ``async`` itself is a Python keyword; each
+            mode is an entry of verlog/async_modes.py):
             ``off`` (lockstep: every env of a turn, then generation, then training), ``pipeline`` (slot groups: one
             group's env steps run while another group generates; zero staleness), ``one_step_off`` (iteration k+1's
             rollout runs while iteration k trains; one policy version stale), ``in_flight`` (generation never stops

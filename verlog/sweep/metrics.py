@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from verlog.async_modes import REGISTRY, AsyncMode, WeightSyncPolicy, mode_names
 
 FAMILY = "<family>"
 """In a metric name of :data:`VERLOG_METRICS`: one task family's name (``env.tasks``; docs/curriculum.md)."""
@@ -230,6 +232,13 @@ def condition_problem(name: str, cfg: Any) -> str | None:
     when = VERLOG_METRICS[entry]
     estimator = str(cfg.algorithm.estimator)
     async_mode = str(cfg.rollout.async_mode)
+    mode = REGISTRY.get(async_mode)  # its entry's declarations say which of the async metrics it logs
+
+    def needs(what: Callable[[AsyncMode], bool]) -> tuple[bool, str]:
+        names = mode_names(what)
+        wanted = f"={names[0]}" if len(names) == 1 else " " + " or ".join(names)
+        return mode is None or not what(mode), f"it needs rollout.async_mode{wanted}, not {async_mode}"
+
     unmet = {
         "evaluation": (cfg.evaluation.every == 0, "the in-training evaluation is off (evaluation.every=0)"),
         "dual_gae": (estimator != "dual_gae", f"it is dual_gae's and algorithm.estimator={estimator}"),
@@ -239,12 +248,9 @@ def condition_problem(name: str, cfg: Any) -> str | None:
             str(cfg.algorithm.turn_trace) != "vtrace",
             f"it needs algorithm.turn_trace=vtrace, not {cfg.algorithm.turn_trace}",
         ),
-        "async": (
-            async_mode not in ("one_step_off", "in_flight"),
-            f"it needs rollout.async_mode one_step_off or in_flight, not {async_mode}",
-        ),
-        "in_flight": (async_mode != "in_flight", f"it needs rollout.async_mode=in_flight, not {async_mode}"),
-        "pipeline": (async_mode != "pipeline", f"it needs rollout.async_mode=pipeline, not {async_mode}"),
+        "async": needs(lambda m: m.keeps_rows_ahead),
+        "in_flight": needs(lambda m: m.weight_sync is WeightSyncPolicy.INTERRUPT),
+        "pipeline": needs(lambda m: m.pipelined),
         "multi-task": (not cfg.env.tasks, "it is logged per task family and env.tasks is empty"),
         "prefix_sharing": (not cfg.hardware.prefix_sharing, "hardware.prefix_sharing is false"),
     }

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from verlog.config.schema import AHEAD_MODES
+from verlog.async_modes import WeightSyncPolicy
 
 
 class RolloutAhead:
@@ -140,15 +140,16 @@ class WeightSync:
 
     Args:
         manager: verl's ``CheckpointEngineManager``.
-        mode: ``one_step_off`` (defer an update while a collect runs) or ``in_flight`` (abort, update, resume).
+        policy: the async mode's (verlog/async_modes.py): ``DEFER`` an update while a collect runs (``one_step_off``)
+            or ``INTERRUPT`` the collect: abort, update, resume (``in_flight``).
         busy: whether a collect is running now.
     """
 
-    def __init__(self, manager: Any, mode: str, busy: Callable[[], bool]) -> None:
-        if mode not in AHEAD_MODES:
-            raise ValueError(f"WeightSync is for {AHEAD_MODES}, got {mode!r}")
+    def __init__(self, manager: Any, policy: WeightSyncPolicy, busy: Callable[[], bool]) -> None:
+        if policy is WeightSyncPolicy.EACH_ITERATION:
+            raise ValueError("WeightSync times the syncs of a rollout that runs ahead; EACH_ITERATION is verl's own")
         self._manager = manager
-        self._mode = mode
+        self._policy = policy
         self._busy = busy
         self._deferred: int | None = None
         self.version: int | None = None
@@ -167,7 +168,7 @@ class WeightSync:
             self.latest = int(global_steps)
         if not self._busy():
             return self._update(global_steps)
-        if self._mode == "one_step_off":
+        if self._policy is WeightSyncPolicy.DEFER:
             self._deferred = global_steps
             return {}
         self._manager.abort_replicas()  # running requests return their tokens so far; prefix cache cleared
@@ -179,10 +180,16 @@ class WeightSync:
         return out
 
     def apply_deferred(self) -> None:
-        """Apply an update deferred while a collect ran (``one_step_off``; no collect may run now)."""
+        """Apply an update deferred while a collect ran (``DEFER``; no collect may run now)."""
         if self._deferred is not None:
             version, self._deferred = self._deferred, None
             self._update(version)
+
+    def metrics(self) -> dict[str, float]:
+        """``async/in_flight_updates`` (updates applied while a collect ran) when the policy interrupts collects."""
+        if self._policy is not WeightSyncPolicy.INTERRUPT:
+            return {}
+        return {"async/in_flight_updates": float(self.in_flight_updates)}
 
     def _update(self, global_steps: int | None) -> Any:
         out = self._manager.update_weights(global_steps)

@@ -13,9 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verlog.async_modes import get_async_mode
 from verlog.config import TrainConfig
 from verlog.config.checks import TrainConfigError, check_config
-from verlog.config.schema import AHEAD_MODES
 from verlog.estimators import get_estimator
 from verlog.run_folder import RunFolder
 
@@ -120,7 +120,7 @@ def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     if not critic:
         out.append("critic.enable=False")
     out += lora_overrides(cfg, critic)
-    if ro.async_mode in AHEAD_MODES and alg.rollout_is != "off":
+    if get_async_mode(ro.async_mode).corrects(alg):
         # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
         # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)
         out += [

@@ -48,6 +48,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 from verl.utils.model import compute_position_id_with_mask
 
+from verlog.async_modes import AsyncMode, get_async_mode, mode_names
 from verlog.config.env_backend import env_pool_arguments, ray_workers_line
 from verlog.config.schema import TrainConfig
 from verlog.console import say
@@ -179,12 +180,11 @@ class VerlogPPOTrainer(RayPPOTrainer):
                 partial(critic_loss, config=critic_cfg, first_position_weight=alg.first_position_weight)
             )
         self.rollout = self._build_rollout()
-        ro = self.settings.rollout
-        ahead = {"one_step_off": 1, "in_flight": ro.max_lag}.get(ro.async_mode, 0)
+        ro, mode = self.settings.rollout, self._async_mode()
         manager = self.async_rollout_manager
-        manager.attach(self.rollout, ro.turns_per_slot, ahead_capacity=ahead)
+        manager.attach(self.rollout, ro.turns_per_slot, ahead_capacity=mode.capacity(ro))
         if manager.ahead is not None:  # verl's fit syncs weights through this attribute (verlog/trainer/seams.py)
-            self.checkpoint_manager = WeightSync(self.checkpoint_manager, ro.async_mode, manager.ahead.busy)
+            self.checkpoint_manager = WeightSync(self.checkpoint_manager, mode.weight_sync, manager.ahead.busy)
             manager.ahead.before_start = self.checkpoint_manager.apply_deferred
         self._tapes = self._build_tapes()
 
@@ -211,7 +211,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
             run_id=v.run_name,
             generation_retries=v.rollout.generation_retries,
             group_size=v.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
-            pipeline_groups=v.rollout.pipeline_groups if v.rollout.async_mode == "pipeline" else None,
+            pipeline_groups=self._async_mode().pipeline_groups(v.rollout),
         )
         if pool_arguments["backend"] == "ray":
             say(f"[verlog] env workers: {ray_workers_line(rollout.pool, pool_arguments['ray_options'])}")
@@ -220,6 +220,10 @@ class VerlogPPOTrainer(RayPPOTrainer):
     def _estimator(self) -> Estimator:
         """``algorithm.estimator``'s registry entry (verlog/estimators.py)."""
         return get_estimator(self.settings.algorithm.estimator)
+
+    def _async_mode(self) -> AsyncMode:
+        """``rollout.async_mode``'s registry entry (verlog/async_modes.py)."""
+        return get_async_mode(self.settings.rollout.async_mode)
 
     def _build_tapes(self) -> Any:
         from verlog.tapes import TrainingTapes
@@ -377,8 +381,7 @@ class VerlogPPOTrainer(RayPPOTrainer):
         data, metrics, raw_advantages = advantage_step(data, self.settings, self._batch_layout())
         if isinstance(self.checkpoint_manager, WeightSync):  # rows written by older policies: lag, max_lag
             metrics.update(lag_step(data, self.checkpoint_manager.latest, self.settings.rollout.max_lag))
-            if self.settings.rollout.async_mode == "in_flight":
-                metrics["async/in_flight_updates"] = float(self.checkpoint_manager.in_flight_updates)
+            metrics.update(self.checkpoint_manager.metrics())
         record = self.async_rollout_manager.rollout_at(step)
         entropys = self._entropys.take(step, None)
         if self._estimator().tapes and record is not None and self._tapes is not None and self._tapes.enabled:
@@ -516,8 +519,8 @@ class VerlogPPOTrainer(RayPPOTrainer):
         elif pending:
             raise VerlogError(
                 f"checkpoint {folder} holds {len(pending)} iteration(s) of rows collected ahead by "
-                "rollout.async_mode=one_step_off or in_flight: resume with that mode, so they are trained and no "
-                "turn is lost"
+                f"rollout.async_mode={' or '.join(mode_names(lambda m: m.keeps_rows_ahead))}: resume with that mode, "
+                "so they are trained and no turn is lost"
             )
         say(f"[verlog] resumed {self.rollout.num_slots} env slots at {self.rollout.current_episodes()}")
         if bool(self.config.trainer.get("val_before_train", False)):

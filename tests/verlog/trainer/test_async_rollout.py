@@ -14,6 +14,7 @@ import pytest
 import torch
 from verl import DataProto
 
+from verlog.async_modes import WeightSyncPolicy, get_async_mode
 from verlog.rollout.batch import TurnBatch, TurnRow
 from verlog.rollout.generator import GenerationRequest, VerlServerGenerator
 from verlog.sampling import SamplingConfig
@@ -159,7 +160,7 @@ class Servers:
 
 def test_one_step_off_defers_an_update_that_arrives_during_a_collect() -> None:
     servers, busy = Servers(), [False]
-    sync = WeightSync(servers, "one_step_off", lambda: busy[0])
+    sync = WeightSync(servers, get_async_mode("one_step_off").weight_sync, lambda: busy[0])
     sync.update_weights(0)
     busy[0] = True
     sync.update_weights(1)
@@ -169,17 +170,20 @@ def test_one_step_off_defers_an_update_that_arrives_during_a_collect() -> None:
     busy[0] = False
     sync.apply_deferred()
     assert servers.calls == [("update", 0), ("update", 2)]
-    assert sync.version == 2
+    assert sync.version == 2 and sync.metrics() == {}
     sync.sleep_replicas()  # everything else is verl's manager's
     assert servers.calls[-1] == ("sleep",)
 
 
 def test_in_flight_aborts_updates_and_resumes_during_a_collect() -> None:
     servers = Servers()
-    sync = WeightSync(servers, "in_flight", lambda: True)
+    sync = WeightSync(servers, get_async_mode("in_flight").weight_sync, lambda: True)
     sync.update_weights(3)
     assert servers.calls == [("abort",), ("update", 3), ("resume",)]
     assert sync.in_flight_updates == 1 and sync.version == 3
+    assert sync.metrics() == {"async/in_flight_updates": 1.0}
+    with pytest.raises(ValueError, match="EACH_ITERATION is verl's own"):
+        WeightSync(servers, WeightSyncPolicy.EACH_ITERATION, lambda: True)
 
 
 def _batch(versions: list[int]) -> DataProto:
