@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.demos",
             "verlog.warm_start",
             "verlog.testing",
+            "verlog.tiny_vlm",
             "verlog.run_summary",
         ),
     ),

@@ -301,13 +301,16 @@ def test_a_lost_node_s_workers_come_back_on_another_node_with_the_resource(clust
 def test_evaluation_inside_training_steps_its_envs_on_trainings_ray_workers(cluster, tokenizer, monkeypatch) -> None:
     """``env.backend=ray`` with a resource only the env node has: the in-training evaluation's pool is a Ray pool with
     training's requests, its workers on that node, and its episodes equal in-process ones."""
+    import ray
+
     from verlog.config.compose import load_config
     from verlog.eval.protocol import EpisodeSpec
     from verlog.eval.runner import run_episodes
     from verlog.rollout import SamplingConfig
     from verlog.trainer.evaluation import pool_kwargs
 
-    _, env_node = cluster
+    del cluster  # an earlier test may have replaced the env node: ask Ray which live node has the resource now
+    env_node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "envnode" in n["Resources"])
     cfg = load_config(["env.backend=ray", "env.ray.num_cpus_per_worker=0.25", "env.ray.resources={envnode: 1}"])
     kwargs = pool_kwargs(cfg)
     assert kwargs["backend"] == "ray" and kwargs["ray_options"] == {"num_cpus": 0.25, "resources": {"envnode": 1.0}}

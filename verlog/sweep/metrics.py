@@ -100,6 +100,7 @@ VERLOG_METRICS: Mapping[str, str] = {
         ),
         "prefix_sharing",
     ),
+    **dict.fromkeys(("check/lora_server_gap", "check/lora_base_gap"), "lora"),
     **dict.fromkeys(("adv/trace_weight_mean", "adv/trace_weight_min"), "vtrace"),
     **dict.fromkeys(
         ("adv/episode_mean_abs", "adv/step_mean_abs", "adv/anchor_groups", "adv/anchor_shared_ratio"), "gigpo"
@@ -253,6 +254,7 @@ def condition_problem(name: str, cfg: Any) -> str | None:
         "pipeline": needs(lambda m: m.pipelined),
         "multi-task": (not cfg.env.tasks, "it is logged per task family and env.tasks is empty"),
         "prefix_sharing": (not cfg.hardware.prefix_sharing, "hardware.prefix_sharing is false"),
+        "lora": (int(cfg.model.lora.rank) == 0, "it is logged by LoRA runs and model.lora.rank=0"),
     }
     for condition in (c.strip() for c in when.split(",")):
         never, why = unmet.get(condition, (False, ""))

@@ -117,3 +117,13 @@ def test_the_check_metrics_are_documented(runs):
     logged = {k for k in logged if is_verlog_metric(k)}
     assert {"check/lora_server_gap", "check/lora_base_gap"} <= logged
     assert not undocumented(logged, documented_metrics())
+
+
+def test_the_lora_run_exports_merged_and_as_an_adapter(runs, tmp_path):
+    """``verlog export`` of the lockstep run: merged (base + alpha / r * B A) and ``--adapter-only`` (a PEFT folder
+    over the run's base model) give the same log-probs, and the trained adapter moved them from the base model's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/verlog/export_checks.py
+    from export_checks import check_adapter_export
+
+    gaps = check_adapter_export(runs / "lockstep", tmp_path)
+    assert gaps["adapter_vs_base"] > 1e-2
