@@ -58,6 +58,7 @@ def _cfg(**changes: object) -> SimpleNamespace:
         evaluation=SimpleNamespace(every=2),
         env=SimpleNamespace(tasks={}),
         hardware=SimpleNamespace(prefix_sharing=True),
+        model=SimpleNamespace(lora=SimpleNamespace(rank=0)),
     )
     for key, value in changes.items():
         section, name = key.split("__")
@@ -73,5 +74,9 @@ def test_a_metric_the_trials_settings_never_log_is_named() -> None:
     assert "env.tasks is empty" in str(condition_problem("eval/goto/success", _cfg()))
     tasks = {"goto": "babyai/goto", "pickup": "babyai/pickup"}
     assert condition_problem("eval/goto/success", _cfg(env__tasks=tasks)) is None
+    assert "model.lora.rank=0" in str(condition_problem("check/lora_server_gap", _cfg()))
+    lora = _cfg()
+    lora.model.lora.rank = 8
+    assert condition_problem("check/lora_server_gap", lora) is None
     assert "Did you mean eval/pickup/success?" in str(condition_problem("eval/pikup/success", _cfg(env__tasks=tasks)))
     assert condition_problem("actor/pg_loss", _cfg()) is None and condition_problem("env/episodes", _cfg()) is None
