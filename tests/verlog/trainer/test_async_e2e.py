@@ -131,7 +131,7 @@ def test_one_step_off_trains_rows_exactly_one_version_old(runs):
     assert metrics[2]["eval/policy_version"] == 2 and metrics[4]["eval/policy_version"] == 4
     for run in ("one_step_off", "pipeline"):  # env.backend=ray: the workers were Ray actors of verl's cluster
         trainer_log = runs / run / "logs" / "train.log"  # the trainer's lines; the console keeps only verlog's own
-        assert "Ray actors (CPU 0.5 each) for 4 env slots" in trainer_log.read_text(), run
+        assert "Ray actors (CPU 0.5 each) on 1 node(s) for 4 env slots" in trainer_log.read_text(), run
 
 
 def test_each_slot_goes_on_where_the_previous_iteration_stopped(runs):
