@@ -109,29 +109,51 @@ def dual_discount_gae(
     for name, x in discounts.items():
         if not 0.0 <= float(x) <= 1.0:
             raise AdvantageInputError(f"{name} must be in [0, 1], got {x}")
-    rewards, vals, maskf = rows.rewards, rows.values, rows.maskf
-    batch, width = vals.shape
-    device = vals.device
-    if batch == 0:
+    vals = rows.values
+    if vals.shape[0] == 0:
         empty = torch.zeros_like(vals)
         return empty, empty.clone()
     tg, sg = float(token_gamma), float(step_gamma)
     token_gl, step_gl = tg * float(token_lam), sg * float(step_lam)
-    has_tokens = rows.last_pos >= 0
-    token_rows = torch.nonzero(has_tokens).squeeze(1)
-    first_pos = rows.first_pos.clamp(min=0)
+    token_rows = torch.nonzero(rows.last_pos >= 0).squeeze(1)
     last_pos = rows.last_pos[token_rows]
+    boundary = _boundary_values(rows)
 
-    # Value after each turn's last token: the next turn's V(s_{t+1}) when it is in the batch, else the bootstrap
-    # value, else 0 after a termination.
-    first_value = vals.gather(1, first_pos[:, None]).squeeze(1)
+    # TD errors with token discounts everywhere, then the last token of each turn redone with the step discount.
+    deltas, powers = _token_td_errors(rows, tg, token_gl)
+    last_reward = rows.rewards[token_rows, last_pos]
+    last_value = vals[token_rows, last_pos]
+    deltas[token_rows, last_pos] = last_reward + sg * boundary[token_rows] - last_value
+
+    # Feed the advantage flowing in from each next turn into the turn's last token, then the reverse pass.
+    incoming = _incoming_advantages(rows, deltas, powers, token_gl, step_gl, trace)
+    deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
+    if rows.contiguous:
+        advantages = _discounted_reverse_cumsum_(deltas, token_gl)
+    else:  # f = token_gamma * token_lam inside the mask, 1 on holes (they carry the advantage through)
+        factors = torch.where(rows.mask, token_gl, 1.0).to(torch.float32)
+        advantages = _reverse_scan_with_factors(deltas, factors).mul_(rows.maskf)
+    returns = torch.addcmul(advantages, vals, rows.maskf)
+    return advantages, returns
+
+
+def _boundary_values(rows: _Rows) -> torch.Tensor:
+    """``[B]`` the value after each turn's last token: the next turn's ``V(s_{t+1})`` when it is in the batch, else
+    the bootstrap value, else 0 after a termination."""
+    first_value = rows.values.gather(1, rows.first_pos.clamp(min=0)[:, None]).squeeze(1)
     linked = rows.next_row >= 0
     safe_next = torch.where(linked, rows.next_row, torch.zeros_like(rows.next_row))
     zeros = torch.zeros_like(rows.next_value)
-    boundary = torch.where(linked, first_value[safe_next], torch.where(rows.terminated, zeros, rows.next_value))
+    return torch.where(linked, first_value[safe_next], torch.where(rows.terminated, zeros, rows.next_value))
 
-    # TD errors with token discounts everywhere (rewards first: that also finds rewards outside the mask), then the
-    # last token of each turn redone with the step discount.
+
+def _token_td_errors(rows: _Rows, tg: float, token_gl: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(deltas [B, R], powers)``: TD errors with the token discount ``tg`` on every response token (rewards first:
+    that also finds rewards outside the mask), and the powers of ``token_gl`` that sum a turn's TD errors into its
+    first-token advantage (``[R]`` for a contiguous mask, ``[B, R]`` with holes)."""
+    rewards, vals, maskf = rows.rewards, rows.values, rows.maskf
+    batch, width = vals.shape
+    device = vals.device
     deltas = torch.mul(rewards, maskf)
     if int(torch.count_nonzero(deltas)) != int(torch.count_nonzero(rewards)):
         _raise_stray_reward(rewards, maskf)
@@ -148,34 +170,34 @@ def dual_discount_gae(
         before = maskf.cumsum(1) - maskf
         powers = torch.pow(torch.tensor(token_gl, device=device), before) * maskf
     deltas.addcmul_(vals, maskf, value=-1.0)
-    last_reward = rewards[token_rows, last_pos]
-    last_value = vals[token_rows, last_pos]
-    deltas[token_rows, last_pos] = last_reward + sg * boundary[token_rows] - last_value
+    return deltas, powers
 
-    # Each row's first-token advantage is head + row_coef * (the next turn's first-token advantage): solve that
-    # recurrence along the links, then feed the incoming advantage into each turn's last token.
+
+def _incoming_advantages(
+    rows: _Rows,
+    deltas: torch.Tensor,
+    powers: torch.Tensor,
+    token_gl: float,
+    step_gl: float,
+    trace: torch.Tensor | None,
+) -> torch.Tensor:
+    """``[B]`` float32: the first-token advantage of each row's next turn (0 when it is not in the batch), cut by
+    that turn's trace weight with ``trace``. Each row's first-token advantage is head + row_coef * (the next turn's
+    first-token advantage): the recurrence is solved along the links."""
     head = deltas @ powers if powers.dim() == 1 else (deltas * powers).sum(1)
     row_coef = step_gl * torch.pow(
         torch.tensor(token_gl, dtype=torch.float64), (rows.lengths - 1).clamp(min=0).double()
-    ).to(device)
+    ).to(rows.values.device)
+    linked = rows.next_row >= 0
     flow = None
     if trace is not None:  # V-trace: what flows in from the next turn u is cut by c[u] (x 1.0 is exact)
+        safe_next = torch.where(linked, rows.next_row, torch.zeros_like(rows.next_row))
         flow = torch.where(linked, trace[safe_next], torch.ones_like(trace))
         row_coef = row_coef * flow
     incoming = _solve_linked_rows(head.double(), row_coef, rows.next_row, linked)
     if flow is not None:
         incoming = incoming * flow
-    incoming = incoming.to(torch.float32)
-    deltas[token_rows, last_pos] += step_gl * incoming[token_rows]
-
-    # The reverse pass A[j] = delta[j] + f[j] * A[next j], in place.
-    if rows.contiguous:
-        advantages = _discounted_reverse_cumsum_(deltas, token_gl)
-    else:  # f = token_gamma * token_lam inside the mask, 1 on holes (they carry the advantage through)
-        factors = torch.where(rows.mask, token_gl, 1.0).to(torch.float32)
-        advantages = _reverse_scan_with_factors(deltas, factors).mul_(maskf)
-    returns = torch.addcmul(advantages, vals, maskf)
-    return advantages, returns
+    return incoming.to(torch.float32)
 
 
 _SCAN_BLOCK = 64

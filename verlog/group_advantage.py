@@ -386,38 +386,59 @@ def group_advantages(
         untrained_tokens = mask[[i for i in range(b) if not trained[i]]].sum() if len(keep) < b else 0.0
         if float(untrained_tokens) != 0.0:
             raise AdvantageInputError("untrained rows must have an all-zero response mask")
-        rewards = row_rewards(token_rewards, response_mask)[keep]
-        episode = check_whole_episodes(
-            [episode_ids[i] for i in keep], [int(turn_index[i]) for i in keep], [bool(ended[i]) for i in keep]
+        adv = _trained_row_advantages(
+            estimator,
+            row_rewards(token_rewards, response_mask)[keep],
+            [episode_ids[i] for i in keep],
+            [int(turn_index[i]) for i in keep],
+            [bool(ended[i]) for i in keep],
+            [group_ids[i] for i in keep],
+            [observations[i] for i in keep],
+            metrics,
+            norm=norm,
+            gamma=gamma,
+            omega=omega,
+            eps=eps,
         )
-        turn = torch.tensor([int(turn_index[i]) for i in keep], dtype=torch.long)
-        group = index_of([group_ids[i] for i in keep])
-        episode_group = _episode_group(episode, group)
-        sizes = torch.bincount(episode_group)
-        metrics["adv/groups"] = float(sizes.numel())
-        metrics["adv/episodes"] = float(episode_group.numel())
-        metrics["adv/singleton_groups"] = float((sizes == 1).sum())
-        if estimator == "grpo":
-            adv = grpo_advantages(rewards, episode, group, norm, eps)
-        else:
-            out = gigpo_advantages(
-                rewards,
-                episode,
-                turn,
-                group,
-                index_of([observations[i] for i in keep]),
-                gamma=gamma,
-                omega=omega,
-                norm=norm,
-                eps=eps,
-            )
-            adv = out.advantages
-            metrics["adv/episode_mean_abs"] = float(out.episode_advantages.abs().mean())
-            metrics["adv/step_mean_abs"] = float(out.step_advantages.abs().mean())
-            metrics["adv/anchor_groups"] = float(out.anchor_groups)
-            metrics["adv/anchor_shared_ratio"] = out.rows_in_shared_anchor_groups / len(keep)
         row_adv[keep] = adv
         metrics["adv/mean"] = float(adv.mean())
         metrics["adv/std"] = float(adv.std()) if len(keep) > 1 else 0.0
     advantages = (row_adv.to(torch.float64)[:, None] * mask).to(torch.float32)
     return GroupAdvantageResult(advantages=advantages, row_advantages=row_adv, metrics=metrics)
+
+
+def _trained_row_advantages(
+    estimator: str,
+    rewards: torch.Tensor,
+    episode_ids: list[Hashable],
+    turn_index: list[int],
+    ended: list[bool],
+    group_ids: list[Hashable],
+    observations: list[str],
+    metrics: dict[str, float],
+    *,
+    norm: str,
+    gamma: float,
+    omega: float,
+    eps: float,
+) -> torch.Tensor:
+    """``[K]`` advantages of the K trained rows (their rewards and keys given in row order) by ``estimator``; adds
+    the group counts, and GiGPO's episode, step and anchor metrics, to ``metrics``."""
+    episode = check_whole_episodes(episode_ids, turn_index, ended)
+    turn = torch.tensor(turn_index, dtype=torch.long)
+    group = index_of(group_ids)
+    episode_group = _episode_group(episode, group)
+    sizes = torch.bincount(episode_group)
+    metrics["adv/groups"] = float(sizes.numel())
+    metrics["adv/episodes"] = float(episode_group.numel())
+    metrics["adv/singleton_groups"] = float((sizes == 1).sum())
+    if estimator == "grpo":
+        return grpo_advantages(rewards, episode, group, norm, eps)
+    out = gigpo_advantages(
+        rewards, episode, turn, group, index_of(observations), gamma=gamma, omega=omega, norm=norm, eps=eps
+    )
+    metrics["adv/episode_mean_abs"] = float(out.episode_advantages.abs().mean())
+    metrics["adv/step_mean_abs"] = float(out.step_advantages.abs().mean())
+    metrics["adv/anchor_groups"] = float(out.anchor_groups)
+    metrics["adv/anchor_shared_ratio"] = out.rows_in_shared_anchor_groups / len(episode_ids)
+    return out.advantages

@@ -43,6 +43,7 @@ from verlog.commands.common import (
 from verlog.errors import VerlogError
 
 if TYPE_CHECKING:
+    from verlog.rollout.stepper import PolicyInput
     from verlog.tapes import PlayTapeWriter
 
 QUIT = (":q", ":quit", ":exit")
@@ -223,6 +224,118 @@ class _Quit(Exception):
     """The person quit (``:q`` or end of input)."""
 
 
+class _Terminal:
+    """The person's side of a game: writes to ``stdout``, reads one line per answer from ``stdin``, and keeps what
+    the next prompt shows (the instruction last printed, the observation and info of the turn, episodes finished)."""
+
+    def __init__(self, env: Any, stdin: TextIO, stdout: TextIO) -> None:
+        self.env, self.stdin, self.stdout = env, stdin, stdout
+        self.interactive = stdin is sys.stdin and stdout is sys.stdout and stdin.isatty()
+        if self.interactive:
+            with contextlib.suppress(ImportError):
+                import readline  # noqa: F401  (line editing and history for input())
+        self.shown_instruction: str | None = None
+        self.observation: Any = None
+        self.info: dict[str, Any] = {}
+        self.finished = 0
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.stdout, flush=True)
+
+    def help_text(self) -> str:
+        lines = [f"  {i}: {name}" for i, name in enumerate(self.env.actions)]
+        return "\n".join(
+            ["Actions (type the name or its number):", *lines, "Commands: :help  :info  :reset  :q (quit)"]
+        )
+
+    def read_line(self, prompt: str) -> str:
+        if self.interactive:
+            try:
+                return input(prompt) + "\n"
+            except EOFError:
+                return ""
+        print(prompt, end="", file=self.stdout, flush=True)
+        try:
+            fd = self.stdin.fileno() if self.stdin is sys.stdin else None
+        except (AttributeError, OSError, ValueError):  # a stand-in without a descriptor (io.UnsupportedOperation)
+            fd = None
+        return self.stdin.readline() if fd is None else _read_line_interruptibly(fd)
+
+    def ask(self, turn: PolicyInput) -> str:
+        """The person's answer for this turn (the policy); :reset and :q leave the turn unplayed."""
+        if turn.instruction != self.shown_instruction:
+            self.shown_instruction = turn.instruction
+            self.say(f"=== Instruction ===\n{turn.instruction}\n")
+        self.say(
+            f"--- Episode {self.finished + 1}, step {self.info.get('episode_step', 0)} ---\n{self.observation.text}"
+        )
+        show_image(getattr(getattr(self.env, "last_observation", None), "image", None), self.interactive, self.say)
+        while True:
+            line = self.read_line("action> ")
+            if not line:  # end of input
+                self.say("\n(end of input) bye")
+                raise _Quit
+            action = self._answer(line.strip())
+            if action is not None:
+                return action
+
+    def _answer(self, line: str) -> str | None:
+        """The action one typed line names, or None after a command or a line that names none (said why)."""
+        actions = self.env.actions
+        if not line:
+            return None
+        if line in QUIT:
+            self.say("bye")
+            raise _Quit
+        if line in HELP and line not in actions:
+            self.say(self.help_text())
+        elif line == ":info":
+            self.say("\n".join(f"  {k}: {_short(v)}" for k, v in self.info.items()))
+        elif line == ":reset":
+            raise _Reset
+        elif line.startswith(":"):
+            self.say(f"unknown command {line!r}; {':help'} lists the actions and commands")
+        elif line.isdigit():
+            index = int(line)
+            if index < len(actions):
+                return str(actions[index])
+            self.say(f"no action number {index}: there are {len(actions)} (0-{len(actions) - 1})")
+        else:
+            return line
+        return None
+
+    def take_turn(self, turn: Any) -> None:
+        """Keep the played turn's observation and info for the next prompt, or raise EnvFailedError when the env
+        failed in it."""
+        row, info = turn.row, turn.info
+        self.observation, self.info = turn.next_observation, info
+        if row.env_error is not None:  # its own bug: the game cannot go on as the env meant it
+            reason = row.env_error.strip().splitlines()[-1]
+            raise EnvFailedError(
+                f"the env failed at step {int(info.get('episode_step', 0))} of episode {self.finished + 1} "
+                f"(action {info.get('raw_action')!r}), so the game ends: {reason}"
+            )
+
+    def show_step(self, turn: Any, show_info: bool) -> None:
+        """The line of an executed step (and its whole info dict with ``show_info``)."""
+        row, info = turn.row, turn.info
+        note = "" if row.action_valid else f" (not a valid action: executed {info.get('action')!r})"
+        self.say(
+            f"-> {info.get('action')}{note} | reward {row.reward:g} | terminated {row.terminated} | truncated "
+            f"{row.truncated} | progression {info.get('progression', 0.0):.2f}"
+        )
+        if show_info:
+            self.say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
+
+    def show_episode_end(self, info: dict[str, Any], episode_return: float) -> None:
+        self.finished += 1
+        outcome = "success" if info.get("success") else "no success"
+        self.say(
+            f"=== Episode {self.finished} over after {info.get('episode_step')} steps: {outcome}, "
+            f"return {episode_return:g} ===\n"
+        )
+
+
 def play(
     env: Any,
     stdin: TextIO,
@@ -242,73 +355,9 @@ def play(
             (None: no bound).
     """
     from verlog.memory import SlidingMemory
-    from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, PolicyInput
+    from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv
 
-    def say(text: str = "") -> None:
-        print(text, file=stdout, flush=True)
-
-    def help_text() -> str:
-        lines = [f"  {i}: {name}" for i, name in enumerate(env.actions)]
-        return "\n".join(
-            ["Actions (type the name or its number):", *lines, "Commands: :help  :info  :reset  :q (quit)"]
-        )
-
-    interactive = stdin is sys.stdin and stdout is sys.stdout and stdin.isatty()
-    if interactive:
-        with contextlib.suppress(ImportError):
-            import readline  # noqa: F401  (line editing and history for input())
-
-    def read_line(prompt: str) -> str:
-        if interactive:
-            try:
-                return input(prompt) + "\n"
-            except EOFError:
-                return ""
-        print(prompt, end="", file=stdout, flush=True)
-        try:
-            fd = stdin.fileno() if stdin is sys.stdin else None
-        except (AttributeError, OSError, ValueError):  # a stand-in without a descriptor (io.UnsupportedOperation)
-            fd = None
-        return stdin.readline() if fd is None else _read_line_interruptibly(fd)
-
-    shown = {"instruction": None}
-    current: dict[str, Any] = {"obs": None, "info": {}, "finished": 0}
-
-    def ask(turn: PolicyInput) -> str:
-        """The person's answer for this turn (the policy); :reset and :q leave the turn unplayed."""
-        if turn.instruction != shown["instruction"]:
-            shown["instruction"] = turn.instruction
-            say(f"=== Instruction ===\n{turn.instruction}\n")
-        info = current["info"]
-        say(f"--- Episode {current['finished'] + 1}, step {info.get('episode_step', 0)} ---\n{current['obs'].text}")
-        show_image(getattr(getattr(env, "last_observation", None), "image", None), interactive, say)
-        while True:
-            line = read_line("action> ")
-            if not line:  # end of input
-                say("\n(end of input) bye")
-                raise _Quit
-            line = line.strip()
-            if not line:
-                continue
-            if line in QUIT:
-                say("bye")
-                raise _Quit
-            if line in HELP and line not in env.actions:
-                say(help_text())
-            elif line == ":info":
-                say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
-            elif line == ":reset":
-                raise _Reset
-            elif line.startswith(":"):
-                say(f"unknown command {line!r}; {':help'} lists the actions and commands")
-            elif line.isdigit():
-                index = int(line)
-                if index < len(env.actions):
-                    return str(env.actions[index])
-                say(f"no action number {index}: there are {len(env.actions)} (0-{len(env.actions) - 1})")
-            else:
-                return line
-
+    terminal = _Terminal(env, stdin, stdout)
     timed = _TimedEnv(env, step_timeout)
     pool = LocalEnv(timed, rebuild=lambda: timed).pool()  # the game ends at a failure: no fresh env is needed
     # episode ids stay unique across recordings into one folder (two sessions may start within the same second)
@@ -316,11 +365,11 @@ def play(
     stepper = EpisodeStepper(
         pool, None, [SlidingMemory()], max_prompt_tokens=None, bootstrap_prompts=False, run_id=run_id
     )
-    person = CallbackPolicy(ask)
+    person = CallbackPolicy(terminal.ask)
     episode_return = 0.0
 
     def new_episode(next_seed: int | None) -> None:
-        ((current["obs"], current["info"]),) = stepper.reset([next_seed])
+        ((terminal.observation, terminal.info),) = stepper.reset([next_seed])
 
     try:
         new_episode(seed)
@@ -333,34 +382,16 @@ def play(
                 seed = None if seed is None else seed + 1
                 new_episode(seed)
                 episode_return = 0.0
-                say("(new episode)")
+                terminal.say("(new episode)")
                 continue
-            row, info = turn.row, turn.info
-            current["obs"], current["info"] = turn.next_observation, info
-            if row.env_error is not None:  # its own bug: the game cannot go on as the env meant it
-                reason = row.env_error.strip().splitlines()[-1]
-                raise EnvFailedError(
-                    f"the env failed at step {int(info.get('episode_step', 0))} of episode {current['finished'] + 1} "
-                    f"(action {info.get('raw_action')!r}), so the game ends: {reason}"
-                )
+            terminal.take_turn(turn)
             if record is not None:
                 record.record(turn)
-            episode_return += row.reward
-            note = "" if row.action_valid else f" (not a valid action: executed {info.get('action')!r})"
-            say(
-                f"-> {info.get('action')}{note} | reward {row.reward:g} | terminated {row.terminated} | truncated "
-                f"{row.truncated} | progression {info.get('progression', 0.0):.2f}"
-            )
-            if show_info:
-                say("\n".join(f"  {k}: {_short(v)}" for k, v in info.items()))
+            episode_return += turn.row.reward
+            terminal.show_step(turn, show_info)
             if turn.episode is not None:
-                current["finished"] += 1
-                outcome = "success" if info.get("success") else "no success"
-                say(
-                    f"=== Episode {current['finished']} over after {info.get('episode_step')} steps: {outcome}, "
-                    f"return {episode_return:g} ===\n"
-                )
-                if episodes is not None and current["finished"] >= episodes:
+                terminal.show_episode_end(turn.info, episode_return)
+                if episodes is not None and terminal.finished >= episodes:
                     return 0
                 seed = None if seed is None else seed + 1
                 new_episode(seed)

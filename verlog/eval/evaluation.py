@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.eval.engine import EvalModel
-from verlog.eval.protocol import EvalProtocol, EvalProtocolError
+from verlog.eval.protocol import EpisodeSpec, EvalProtocol, EvalProtocolError
 from verlog.eval.report import (
     EPISODES_FILE,
     SETTINGS_FILE,
@@ -67,22 +67,8 @@ def evaluate(
     out = Path(out_dir)
     episodes_path = out / EPISODES_FILE
     wanted = protocol.episodes()
-    previous: list[EpisodeRecord] = []
     settings = evaluation_settings(protocol, model.model_path, model.engine, sampling, memory, max_prompt_tokens)
-    if episodes_path.exists():
-        if not resume:
-            raise EvalProtocolError(
-                f"{episodes_path} exists from an earlier evaluation: pass resume=True (--resume) to continue it, "
-                "or choose another output folder"
-            )
-        other = other_evaluation(out, settings)
-        if other is not None:
-            raise EvalProtocolError(other)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    if episodes_path.exists():
-        keys = {(s.env_id, s.episode_index, s.seed) for s in wanted}
-        previous = [r for r in read_episode_records(episodes_path) if (r.env_id, r.episode_index, r.seed) in keys]
+    previous = _open_folder(out, settings, wanted, resume)
     have = {(r.env_id, r.episode_index, r.seed) for r in previous}
     todo = [s for s in wanted if (s.env_id, s.episode_index, s.seed) not in have]
 
@@ -118,18 +104,45 @@ def evaluate(
     order = {(s.env_id, s.episode_index, s.seed): i for i, s in enumerate(wanted)}
     records = sorted(previous + new, key=lambda r: order[(r.env_id, r.episode_index, r.seed)])
     summary = summarize(records, confidence=confidence, n_resamples=n_resamples, seed=bootstrap_seed)
-    summary.update(
-        {
-            **settings,
-            "model": model.describe(),
-            "started_at": started.isoformat(timespec="seconds"),
-            "wall_time_s": wall,
-            "episodes_resumed": len(previous),
-            "files": {"episodes": EPISODES_FILE, "turns": TURNS_FILE if log_turns else None},
-        }
-    )
+    summary.update(_run_facts(settings, model, started, wall, len(previous), log_turns))
     write_summary(out, summary)
     return summary
+
+
+def _run_facts(
+    settings: dict[str, Any], model: EvalModel, started: datetime, wall: float, resumed: int, log_turns: bool
+) -> dict[str, Any]:
+    """What the summary says about the run besides its results: settings, model, start, wall time and files."""
+    return {
+        **settings,
+        "model": model.describe(),
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_time_s": wall,
+        "episodes_resumed": resumed,
+        "files": {"episodes": EPISODES_FILE, "turns": TURNS_FILE if log_turns else None},
+    }
+
+
+def _open_folder(out: Path, settings: dict[str, Any], wanted: list[EpisodeSpec], resume: bool) -> list[EpisodeRecord]:
+    """Create ``out`` and write the settings into it; returns the records of ``wanted`` episodes an earlier run of
+    the same evaluation finished there. Raises EvalProtocolError for an earlier evaluation without ``resume``, or
+    one with other settings."""
+    episodes_path = out / EPISODES_FILE
+    if episodes_path.exists():
+        if not resume:
+            raise EvalProtocolError(
+                f"{episodes_path} exists from an earlier evaluation: pass resume=True (--resume) to continue it, "
+                "or choose another output folder"
+            )
+        other = other_evaluation(out, settings)
+        if other is not None:
+            raise EvalProtocolError(other)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    if not episodes_path.exists():
+        return []
+    keys = {(s.env_id, s.episode_index, s.seed) for s in wanted}
+    return [r for r in read_episode_records(episodes_path) if (r.env_id, r.episode_index, r.seed) in keys]
 
 
 def evaluation_settings(

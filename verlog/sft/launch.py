@@ -238,18 +238,7 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False, verbose: bool = False) 
     else:
         train_file, val_file = resolve_data(config.data)
         tokenizer, trained = model_tokenizer(config.model, train_file)
-    report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
-    if val_file:
-        val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
-        if val_rows < config.train.batch_size:  # verl would average zero batches: val/loss nan
-            print(f"[verlog sft] {val_file} has {val_rows} rows < train.batch_size: no validation", flush=True)
-            val_file = None
-    if report.rows < config.train.batch_size:
-        raise SFTConfigError(
-            f"{train_file} has {report.rows} rows, fewer than train.batch_size = {config.train.batch_size}: verl "
-            "drops incomplete batches, so no step would run; lower train.batch_size, or give more rows (more demos or "
-            "taped episodes)"
-        )
+    report, val_file = _check_rows(config, train_file, val_file, tokenizer)
     t = config.train
     steps_per_epoch = (report.rows // t.nproc) // (t.batch_size // t.nproc)  # each rank drops its incomplete batch
     if t.steps is not None and t.steps > t.epochs * steps_per_epoch:  # verl stops after the epochs, saving nothing
@@ -285,6 +274,27 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False, verbose: bool = False) 
     model_dir = export_hf_model(checkpoint / "huggingface", out / HF_EXPORT, tokenizer_from=model_path)
     print(f"[verlog sft] done in {wall:.0f} s: model in {model_dir} (use it as model.path of `verlog train`)")
     return SFTResult(str(model_dir), str(checkpoint), last_step, losses, val_losses, report, wall, command)
+
+
+def _check_rows(
+    config: SFTConfig, train_file: str, val_file: str | None, tokenizer: Any
+) -> tuple[DataReport, str | None]:
+    """The train file's :class:`DataReport` and the validation file to use (None when it has fewer rows than a
+    batch: verl would average zero batches into a nan val/loss). Raises SFTConfigError when the train file has fewer
+    rows than a batch."""
+    report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
+    if val_file:
+        val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
+        if val_rows < config.train.batch_size:
+            print(f"[verlog sft] {val_file} has {val_rows} rows < train.batch_size: no validation", flush=True)
+            val_file = None
+    if report.rows < config.train.batch_size:
+        raise SFTConfigError(
+            f"{train_file} has {report.rows} rows, fewer than train.batch_size = {config.train.batch_size}: verl "
+            "drops incomplete batches, so no step would run; lower train.batch_size, or give more rows (more demos or "
+            "taped episodes)"
+        )
+    return report, val_file
 
 
 def _load_tokenizer(model_path: str) -> Any:
