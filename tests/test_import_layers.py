@@ -66,6 +66,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.run_summary",
         ),
     ),
+    # the recipes' results pages (docs/results/): read run folders, evaluations and the library's statistics
+    ("reports", ("verlog.reports.*",)),
     ("trainer", ("verlog.trainer.*",)),  # everything that touches verl's PPO trainer
     # hyperparameter sweeps: verlog train's checks (and its dry-run report) before Ray Tune runs it as subprocesses
     ("sweep", ("verlog.sweep.*",)),

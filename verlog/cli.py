@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("verlog.commands.export", "a run's policy as a Hugging Face folder (LoRA merged) or a PEFT adapter"),
     "view": ("verlog.commands.view", "one self-contained HTML page of a run: curves, episodes turn by turn"),
     "sweep": ("verlog.commands.sweep", "hyperparameter sweeps of verlog train on Ray Tune, and their diagnosis"),
+    "report": ("verlog.commands.report", "a CPU recipe's results page (docs/results/) from its run folder"),
 }
 
 

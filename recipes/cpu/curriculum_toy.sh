@@ -2,7 +2,7 @@
 # Does the self-evolving curriculum shift the sampling? Multi-task PPO on the learnability env at three lengths
 # (env=toy_lengths: families len2, len4, len8; the reward for the episode's choices comes at its last turn), once
 # with uniform task sampling and once with SEC, at the same budget, seeds and starting model; then the results
-# (bench/curriculum.py): how the sampling shifted and each family's success before and after, on held-out seeds.
+# (verlog report curriculum): how the sampling shifted and each family's success before and after, on held-out seeds.
 #
 #   bash recipes/cpu/curriculum_toy.sh               # about 25 minutes on an idle 2-core machine
 #   SMOKE=1 bash recipes/cpu/curriculum_toy.sh       # 2 iterations of each run: checks the chain in minutes
@@ -97,7 +97,7 @@ run() {
 run uniform uniform
 run sec sec curriculum.alpha="$SEC_ALPHA" curriculum.tau="$SEC_TAU"
 
-"$PYTHON" bench/curriculum.py "$OUTPUT_DIR" --out "$RESULTS"
+"$PYTHON" -m verlog report curriculum "$OUTPUT_DIR" --out "$RESULTS"
 echo "[curriculum] done: $RESULTS (run folder $OUTPUT_DIR)"
 exit 0
 }

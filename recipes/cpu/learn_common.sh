@@ -4,7 +4,7 @@
 #
 #   start model (demos -> SFT, or a format-only warm start) -> eval start -> [start bound] -> PPO, dual GAE -> eval
 #   -> optional comparisons on the same start, budget and seeds: PPO with the iteration boundary cut (no bootstrap),
-#   PPO with single-discount GAE -> results (bench/learning.py: markdown, JSON, learning curve)
+#   PPO with single-discount GAE -> results (verlog report learning: markdown, JSON, learning curve)
 #
 # What a recipe sets before sourcing (required):
 #   RECIPE          its name (log lines, run names)
@@ -76,7 +76,7 @@ SFT_LR="${SFT_LR:-1e-3}"
 SFT_WARMUP_RATIO="${SFT_WARMUP_RATIO:-0.33}"
 # SFT_SCAN: SFT lengths to choose the start from (e.g. "100 150 200 300 400"; empty: SFT_STEPS, no scan). SFT runs
 # to the longest, checkpointing each; each is evaluated on SCAN_EPISODES validation episodes from SCAN_SEED_START;
-# the start model is the longest below START_BOUND with 95% confidence (bench/learning.py --pick-start)
+# the start model is the longest below START_BOUND with 95% confidence (verlog report learning --pick-start)
 SFT_SCAN="${SFT_SCAN:-}"
 SCAN_SEED_START="${SCAN_SEED_START:-2000000}"
 WARM_START_STEPS="${WARM_START_STEPS:-250}"
@@ -302,14 +302,14 @@ scan_sft_lengths() {
     done
     # choice.json is written last, after scan/model is in place; an above-bound scan ends the recipe with exit 2
     stage scan_pick "$RUN/scan/choice.json" "" -- \
-        "$PYTHON" bench/learning.py "$RUN" --pick-start --start-bound "$START_BOUND"
+        "$PYTHON" -m verlog report learning "$RUN" --pick-start --start-bound "$START_BOUND"
     START_MODEL="$RUN/scan/model"
 }
 
 # check_start EVAL_NAME: stop (exit 2) when the start model's success is above START_BOUND
 check_start() {
     [ -n "$START_BOUND" ] || return 0
-    local cmd=("$PYTHON" bench/learning.py "$RUN" --check-start "$1" --start-bound "$START_BOUND")
+    local cmd=("$PYTHON" -m verlog report learning "$RUN" --check-start "$1" --start-bound "$START_BOUND")
     if [ "$DRY_RUN" = 1 ]; then
         echo "# check: the start model's success <= $START_BOUND"
         printf '%q ' "${cmd[@]}"
@@ -362,7 +362,7 @@ run_all() {
         evaluate ppo_single "$RUN/ppo_single/checkpoints"
     fi
     # the results: always rewritten from what the run folder holds (cheap)
-    local cmd=("$PYTHON" bench/learning.py "$RUN" --out "$RESULTS")
+    local cmd=("$PYTHON" -m verlog report learning "$RUN" --out "$RESULTS")
     if [ "$DRY_RUN" = 1 ]; then
         echo "# stage results (always runs)"
         printf '%q ' "${cmd[@]}"

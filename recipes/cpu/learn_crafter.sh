@@ -4,7 +4,7 @@
 #   format-only warm start (random valid answers: Crafter has no expert) -> eval warm start
 #   -> PPO, dual-discount GAE, 100-turn episodes each spanning 10 iterations (bootstrapped with V(s_T)) -> eval
 #   -> optional: PPO with the iteration boundary cut (BOUNDARY_CUT=1), single-discount GAE (SINGLE_GAE=1)
-#   -> results (bench/learning.py: mean return, each achievement's unlock rate, the Crafter score, intervals)
+#   -> results (verlog report learning: mean return, each achievement's unlock rate, the Crafter score, intervals)
 #
 #   bash recipes/cpu/learn_crafter.sh                # the real run
 #   SMOKE=1 bash recipes/cpu/learn_crafter.sh        # tiny budgets: checks the chain end to end

@@ -6,7 +6,7 @@
 #   -> per round r: collect_r (the current model plays training seeds, with tapes: verlog eval --log-turns)
 #                   -> self_sft_r (verlog sft on collect_r's successful episodes, from the current model)
 #                   -> eval_self_r (the same evaluation episodes as every other model)
-#   -> results (bench/self_improve.py: success and return with 95% bootstrap intervals, gains paired by seed)
+#   -> results (verlog report self-improve: success and return with 95% bootstrap intervals, gains paired by seed)
 #
 #   bash recipes/cpu/self_improve_babyai.sh                  # the real run (not measured yet; see docs/sft.md)
 #   SMOKE=1 bash recipes/cpu/self_improve_babyai.sh          # tiny budgets: checks the chain end to end in minutes
@@ -124,7 +124,7 @@ for round in $(seq 1 "$ROUNDS"); do
     evaluate "self_$round" "$MODEL"
 done
 # the results: always rewritten from what the run folder holds (cheap)
-RESULTS_CMD=("$PYTHON" bench/self_improve.py "$RUN" --out "$RESULTS")
+RESULTS_CMD=("$PYTHON" -m verlog report self-improve "$RUN" --out "$RESULTS")
 if [ "$DRY_RUN" = 1 ]; then
     echo "# stage results (always runs)"
     printf '%q ' "${RESULTS_CMD[@]}"

@@ -8,7 +8,7 @@ and :func:`balrog_overall` compute exactly that.
 For comparisons (is the trained model better than the one it started from?) :func:`bootstrap_mean_ci` and
 :func:`bootstrap_diff_ci` give percentile-bootstrap intervals, reproducible from their ``seed``; both are
 :func:`bootstrap_ci`, the one percentile bootstrap, which takes any statistic of resampled episodes (the Crafter
-score of bench/learning.py). The resampling is
+score of verlog/reports/learning). The resampling is
 written so that a plain loop with ``numpy.random.default_rng(seed)`` drawing the same index arrays gives the same
 numbers (tests/verlog/eval/test_stats.py does exactly that).
 """

@@ -1,17 +1,16 @@
-"""The curriculum recipe's report writer (bench/curriculum.py, loaded by file path) on a small synthetic run folder
-in the layout verlog train writes (metrics.jsonl with curriculum/ and family/ metrics, eval/episodes.jsonl)."""
+"""The curriculum recipe's report (verlog.reports.curriculum, `verlog report curriculum`) on a small synthetic
+run folder in the layout verlog train writes (metrics.jsonl with curriculum/ and family/ metrics,
+eval/episodes.jsonl)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench_script import load
+from verlog.cli import main as verlog_main
+from verlog.reports import curriculum
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-curriculum = load("curriculum")
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _write(path: Path, records: list[dict]) -> None:
@@ -54,5 +53,5 @@ def test_report_shows_the_shift_and_the_success_per_family(tmp_path):
 
 def test_missing_runs_and_folders_are_reported(tmp_path, capsys):
     assert "Not run yet." in curriculum.render(tmp_path)
-    assert curriculum.main([str(tmp_path / "nope")]) == 2
+    assert verlog_main(["report", "curriculum", str(tmp_path / "nope"), "--out", str(tmp_path / "c.md")]) == 2
     assert "does not exist" in capsys.readouterr().err

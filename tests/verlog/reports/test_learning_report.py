@@ -1,4 +1,4 @@
-"""The learning recipe's results writer (bench/learning.py, loaded by file path) and recipes/cpu/learn_babyai.sh.
+"""The learning recipes' results page (verlog.reports.learning, `verlog report learning`) and recipes/cpu/learn_*.sh.
 
 The writer runs on small synthetic run folders (evaluation records, PPO metrics, timings, settings) and its numbers
 are checked against a bootstrap written out here with numpy; the recipe is checked through bash -n and --dry-run
@@ -18,15 +18,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_script import load
 
-REPO = Path(__file__).resolve().parents[2]
+from verlog.cli import main as verlog_main
+from verlog.reports import learning
+from verlog.reports.learning import stages
+from verlog.reports.run_files import ReportError, read_log
+
+REPO = Path(__file__).resolve().parents[3]
 
 
-learning = load("learning")
-EVAL_DUAL, EVAL_SFT, EVAL_SINGLE = learning.EVAL_DUAL, learning.EVAL_SFT, learning.EVAL_SINGLE
-PPO_DUAL, PPO_SINGLE = learning.PPO_DUAL, learning.PPO_SINGLE
-LearningResultsError = learning.LearningResultsError
+EVAL_DUAL, EVAL_SFT, EVAL_SINGLE = stages.EVAL_DUAL, stages.EVAL_SFT, stages.EVAL_SINGLE
+PPO_DUAL, PPO_SINGLE = stages.PPO_DUAL, stages.PPO_SINGLE
+LearningResultsError = ReportError
 collect, read_curve, render_markdown = learning.collect, learning.read_curve, learning.render_markdown
 smooth, write_results = learning.smooth, learning.write_results
 RECIPE = REPO / "recipes" / "cpu" / "learn_babyai.sh"
@@ -201,22 +204,50 @@ def test_bad_files_name_the_file(tmp_path, capsys):
         read_curve(path)
     # a torn LAST line (a run killed while writing it, docs/reliability.md) is skipped with a warning
     path.write_text('{"step": 1}\n{"step": 2, "env/ep')
-    assert [r["step"] for r in learning.read_jsonl(path)] == [1]
+    assert [r["step"] for r in read_log(path, "learning")] == [1]
     assert "line 2 is torn" in capsys.readouterr().err
 
 
-def test_bench_script_runs(run_dir, tmp_path):
+def report_learning(args: list[str]) -> int:
+    """``verlog report learning ARGS...``'s exit code."""
+    return verlog_main(["report", "learning", *args])
+
+
+def test_report_command_runs(run_dir, tmp_path):
     run, _ = run_dir
     out = tmp_path / "results.md"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "learning.py"), str(run), "--out", str(out), "--bootstrap-resamples",
-         "200"], capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+    command = [sys.executable, "-m", "verlog", "report", "learning"]
+    proc = subprocess.run([*command, str(run), "--out", str(out), "--bootstrap-resamples", "200"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert out.is_file() and (tmp_path / "results_curve.png").is_file()
-    bad = subprocess.run([sys.executable, str(REPO / "bench" / "learning.py"), str(tmp_path / "nope")],
+    assert out.is_file() and (tmp_path / "results_curve.png").is_file() and out.with_suffix(".json").is_file()
+    assert proc.stdout.startswith(out.read_text()) and f"[learning] wrote {out} and " in proc.stdout
+    bad = subprocess.run([*command, str(tmp_path / "nope"), "--out", str(out)],
                          capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
-    assert bad.returncode == 1 and "does not exist" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "does not exist" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_report_command_refuses_a_bad_file_in_one_line(run_dir, tmp_path, capsys):
+    run, _ = run_dir
+    (run / PPO_DUAL / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "env/ep\n{"step": 3}\n')
+    out = tmp_path / "page.md"
+    assert report_learning([str(run), "--out", str(out), "--bootstrap-resamples", "50"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verlog report: error: ") and "metrics.jsonl:2: not valid JSON" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_library_and_command_write_the_same_page(run_dir, tmp_path):
+    """The page, its JSON and its plot are the same bytes whichever way they are written, and on a second run."""
+    run, _ = run_dir
+    first, png = learning.write_results(run, tmp_path / "lib" / "page.md", n_resamples=200)
+    assert report_learning([str(run), "--out", str(tmp_path / "cli" / "page.md"), "--bootstrap-resamples", "200"]) == 0
+    learning.write_results(run, tmp_path / "again" / "page.md", n_resamples=200)
+    for name in ("page.md", "page.json", "page_curve.png"):
+        data = (tmp_path / "lib" / name).read_bytes()
+        assert data == (tmp_path / "cli" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
+    assert png is not None and "Written by `verlog report learning` from the run folder" in first.read_text()
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -360,11 +391,11 @@ def test_report_shows_spans_and_repository_relative_paths(run_dir):
 def test_check_start_refuses_a_start_above_the_bound(run_dir, capsys):
     run, _ = run_dir
     rate = collect(run, n_resamples=B).evals["SFT"].success.estimate
-    assert learning.main([str(run), "--check-start", "sft", "--start-bound", str(rate + 0.01)]) == 0
-    assert learning.main([str(run), "--check-start", "sft", "--start-bound", str(rate - 0.01)]) == 2
+    assert report_learning([str(run), "--check-start", "sft", "--start-bound", str(rate + 0.01)]) == 0
+    assert report_learning([str(run), "--check-start", "sft", "--start-bound", str(rate - 0.01)]) == 2
     err = capsys.readouterr().err
     assert "above the start bound" in err and "fewer SFT_STEPS" in err and err.count("\n") == 1
-    assert learning.main([str(run), "--check-start", "nothing"]) == 1
+    assert report_learning([str(run), "--check-start", "nothing"]) == 1
 
 
 def test_babaisai_recipe_runs_episodes_across_iterations_and_the_ablations(tmp_path):
@@ -459,11 +490,12 @@ def test_scan_picks_the_longest_sft_below_the_bound_with_confidence(tmp_path, ca
 
 def test_scan_stops_in_one_line_when_every_length_is_above_the_bound(tmp_path, capsys):
     run = _scan_run(tmp_path, {100: 0.55, 200: 0.70})
-    assert learning.main([str(run), "--pick-start", "--start-bound", "0.5"]) == 2
+    assert report_learning([str(run), "--pick-start", "--start-bound", "0.5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the shortest, 100 steps, wins 55.0%" in err and "SFT_SCAN" in err
     assert not (run / "scan" / "model").exists() and not (run / "scan" / "choice.json").exists()
-    assert learning.main([str(tmp_path / "empty"), "--pick-start"]) == 1  # no scan evaluation at all
+    (tmp_path / "empty").mkdir()
+    assert report_learning([str(tmp_path / "empty"), "--pick-start"]) == 1  # no scan evaluation at all
 
 
 def test_recipe_scans_sft_lengths_on_validation_seeds(tmp_path):
@@ -549,7 +581,7 @@ def test_crafter_measures_by_hand(tmp_path):
     none = {"collect_wood": 0, "place_table": 0}
     start = [none, none, none, none]
     ppo = [{"collect_wood": 2, "place_table": 1}, {"collect_wood": 1, "place_table": 0}, none, none]
-    _crafter_eval(run / learning.EVAL_WARM, start, [0.0, 0.0, 0.0, 0.0])
+    _crafter_eval(run / stages.EVAL_WARM, start, [0.0, 0.0, 0.0, 0.0])
     _crafter_eval(run / EVAL_DUAL, ppo, [3.0, 1.0, 0.0, 0.0])
     (run / "settings.env").write_text("START=warm_start\nENV_ID=crafter/default\n")
     res = collect(run, n_resamples=B)

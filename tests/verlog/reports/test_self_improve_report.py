@@ -1,5 +1,5 @@
 """The self-improvement recipe (recipes/cpu/self_improve_babyai.sh: its --dry-run stages, seeds and settings) and its
-results writer (bench/self_improve.py, loaded by file path) on a small synthetic run folder."""
+results page (verlog.reports.self_improve, `verlog report self-improve`) on a small synthetic run folder."""
 
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_script import load
 
+from verlog.cli import main as verlog_main
 from verlog.eval import EpisodeRecord
+from verlog.reports import self_improve
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "recipes" / "cpu" / "self_improve_babyai.sh"
-
-
-self_improve = load("self_improve")
 
 
 def _recipe(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -122,9 +120,9 @@ def test_results_report_each_round_against_the_start_paired_by_seed(tmp_path):
     assert "| 1 | 20 | 50.0% | 10 (31) | +25.0 points [" in text and "| 2 | 0 | - | - | - | - |" in text
     assert "after 1 round(s), success +25.0 points" in text and "is above zero" in text
     out = tmp_path / "results.md"
-    assert self_improve.main([str(run), "--out", str(out), "--bootstrap-resamples", "500"]) == 0
+    assert verlog_main(["report", "self-improve", str(run), "--out", str(out), "--bootstrap-resamples", "500"]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["rounds"][0]["kept"] == 10 and data["rounds"][0]["vs_start"]["success"]["estimate"] == pytest.approx(
         0.25
     )
-    assert self_improve.main([str(tmp_path / "missing"), "--out", str(out)]) == 1
+    assert verlog_main(["report", "self-improve", str(tmp_path / "missing"), "--out", str(out)]) == 2
