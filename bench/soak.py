@@ -6,15 +6,17 @@ docs/benchmarks.md, "Soak" and "Env isolation".
     .venv/bin/python bench/soak.py --iterations 300 --out DIR        # other sizes; --json FILE for the numbers
     nice -n 19 .venv/bin/python bench/soak.py --isolation-cost       # in-process against workers, 16 x 12 turns
 
-Soak: every iteration runs, for each game, what a training iteration runs outside verl: ``RolloutManager.collect``
-over an ``envs.pool.EnvPool`` with 2 subprocess workers (the sliding memory builds every prompt with a real
-tokenizer), ``TurnBatch.to_tensors``, the ``dual_gae`` estimator of verlog/estimators.py (``dual_discount_gae``,
-whitening, its metrics) on made-up critic values, ``TrainingTapes`` (``tapes/train.jsonl``) and the JSON-lines logs
-(``metrics.jsonl``, ``rollout.jsonl``, through ``append_jsonl``). No model: a scripted generator answers each
-request at once with a valid action of the game, and no PPO update runs. The games are the training configs' env
-sections (configs/env/babyai.yaml, babaisai.yaml, crafter.yaml), each wrapped in :class:`FaultyEnv`, which at a low,
-seeded rate raises, kills its worker (``os._exit``) or hangs past the pool's ``step_timeout``; only the slots of the
-first worker get faults, so the second worker lives through the whole soak and shows a long-lived worker's memory.
+Soak: every iteration runs, for each game, what a training iteration runs outside verl, through the library's own
+iteration function (``verlog.rollout.iteration.run_iteration``, whose pieces the trainer's seams call):
+``RolloutManager.collect`` over an ``envs.pool.EnvPool`` with 2 subprocess workers (the sliding memory builds every
+prompt with a real tokenizer), ``TurnBatch.to_tensors``, the ``dual_gae`` estimator of verlog/estimators.py
+(``dual_discount_gae``, whitening, its metrics; the non-finite checks) on made-up critic values, ``TrainingTapes``
+(``tapes/train.jsonl``) and the JSON-lines logs (``metrics.jsonl``, ``rollout.jsonl``). No model: a scripted
+generator answers each request at once with a valid action of the game, and no PPO update runs. The games are the
+training configs' env sections (configs/env/babyai.yaml, babaisai.yaml, crafter.yaml), each wrapped in
+:class:`FaultyEnv`, which at a low, seeded rate raises, kills its worker (``os._exit``) or hangs past the pool's
+``step_timeout``; only the slots of the first worker get faults, so the second worker lives through the whole soak
+and shows a long-lived worker's memory.
 
 Checked and reported: resident memory (RSS) of the main process and of the workers every ``--report-every``
 iterations and its growth from ``--warmup`` to the end (before that the main process's RSS rises by about 8% while
@@ -251,6 +253,17 @@ class RowLedger:
             self.last[row.slot] = (row.episode_id, row.turn_index, row.terminated or row.truncated)
 
 
+def made_up_values(batch: Any, tensors: Any, step: int) -> tuple[Any, Any]:
+    """The soak's critic (no model): ``[B, R]`` uniform values on the response tokens (seeded by ``step``) and 0.5 as
+    ``V(s_{t+1})`` of every row whose episode goes on past the batch."""
+    import torch
+
+    mask = tensors["response_mask"]
+    values = torch.rand(mask.shape, generator=torch.Generator().manual_seed(step)) * mask
+    next_values = torch.tensor([0.5 if r.bootstrap_prompt_ids is not None else 0.0 for r in batch.rows])
+    return values, next_values
+
+
 class SoakGame:
     """One game of the soak: its faulty pool, its rollout and everything a training iteration does with the rows."""
 
@@ -296,7 +309,6 @@ class SoakGame:
         self.turns = args.turns
         self.max_prompt_tokens = args.max_prompt_tokens
         self.max_response_tokens = args.max_response_tokens
-        self.pad = tokenizer.pad_token_id
         self.ledger = RowLedger()
         self.short_batches = 0
         self.nonfinite = 0
@@ -307,60 +319,33 @@ class SoakGame:
         self.log_rows = 0
 
     def iteration(self, step: int) -> None:
-        """One training iteration without the model: rollout, rows -> tensors, advantages, tapes, logs."""
-        import torch
-
+        """One training iteration without the model (:func:`verlog.rollout.iteration.run_iteration`: rollout, rows ->
+        tensors, ``dual_gae`` advantages on made-up critic values, tapes, logs), then the soak's checks of its rows."""
         from verlog.config.schema import AlgorithmConfig
-        from verlog.estimators import Rows, get_estimator
-        from verlog.files import append_jsonl
+        from verlog.errors import VerlogError
+        from verlog.rollout.iteration import run_iteration
 
-        start_episodes = self.manager.current_episodes()
-        batch = self.manager.collect(self.turns)
-        rows = batch.rows
+        try:
+            done = run_iteration(
+                self.manager,
+                self.turns,
+                step,
+                algorithm=AlgorithmConfig(estimator="dual_gae"),
+                env_id=self.env_id,
+                max_prompt_tokens=self.max_prompt_tokens,
+                max_response_tokens=self.max_response_tokens,
+                output_dir=self.folder,
+                critic=made_up_values,
+                tapes=self.tapes,
+            )
+        except VerlogError as exc:  # a non-finite reward or advantage: the rows of this iteration are lost
+            self.nonfinite += 1
+            print(f"{self.name} iteration {step}: {exc}", flush=True)
+            return
+        rows = done.record.batch.rows
         self.short_batches += len(rows) != self.manager.num_slots * self.turns
         self.ledger.add(rows)
         self._check_faults(rows)
-        t = batch.to_tensors(self.pad, self.max_prompt_tokens, self.max_response_tokens)
-        mask = t["response_mask"]
-        generator = torch.Generator().manual_seed(step)
-        values = torch.rand(mask.shape, generator=generator) * mask  # made up: no critic
-        next_values = torch.tensor([0.5 if r.bootstrap_prompt_ids is not None else 0.0 for r in rows])
-        estimate = get_estimator("dual_gae").compute(
-            Rows(
-                token_rewards=t["rm_scores"],
-                response_mask=mask,
-                episode_id=[r.episode_id for r in rows],
-                turn_index=[r.turn_index for r in rows],
-                terminated=[r.terminated for r in rows],
-                truncated=[r.truncated for r in rows],
-                values=values,
-                next_values=next_values,
-            ),
-            AlgorithmConfig(),
-        )
-        self.nonfinite += int(not bool(torch.isfinite(estimate.advantages).all()))
-        tensors = {
-            "response_mask": mask,
-            "values": values,
-            "advantages": estimate.advantages,
-            "returns": estimate.returns,
-            "advantages_raw": estimate.raw,
-            "token_level_rewards": t["rm_scores"],
-            "next_values": next_values,
-        }
-        self.tapes.record(rows, tensors, step)
-        metrics = {**batch.metrics(), **estimate.metrics, **batch.timing}
-        append_jsonl(RunFolder(self.folder).metrics, [{"step": step, **metrics}])
-        log = {
-            "start_episodes": start_episodes,
-            "rows": len(rows),
-            "episode_seeds": {r.episode_id: r.seed for r in rows},
-            "finished_episodes": [
-                {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
-                for e in batch.episodes
-            ],
-        }
-        append_jsonl(RunFolder(self.folder).rollout_log, [{"step": step, **log}])
         self.log_rows += len(rows)
 
     def _check_faults(self, rows: list[Any]) -> None:

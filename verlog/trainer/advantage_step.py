@@ -4,11 +4,13 @@ verl's ``fit`` calls ``compute_advantage(batch, ...)`` once per iteration; :clas
 swaps in its own, which is these functions wired together:
 
 1. :func:`advantage_step`: the batch (verl's DataProto, its rows carrying ``episode_id`` / ``turn_index``) and the typed
-   settings -> the batch with ``advantages`` and ``returns``, and the step's ``adv/`` metrics. It asks the
-   estimator's registry entry (:mod:`verlog.estimators`) for the advantages, stops on a non-finite reward or advantage
-   (naming the env, episode and turn), and with group rollouts deals the untrained rows over the PPO mini-batches.
+   settings -> the batch with ``advantages`` and ``returns``, and the step's ``adv/`` metrics. It hands the batch's
+   rows (:func:`rows_of`) to :func:`verlog.rollout.iteration.estimate_advantages` (the estimator's registry entry;
+   stops on a non-finite reward or advantage, naming the env, episode and turn), and with group rollouts deals the
+   untrained rows over the PPO mini-batches.
 2. :func:`record_tapes`: the sampled episodes' turns into ``tapes/train.jsonl``, each row matched to its
-   :class:`~verlog.rollout.batch.TurnRow` of the iteration's rollout (passed in) by (episode id, turn index).
+   :class:`~verlog.rollout.batch.TurnRow` of the iteration's rollout (passed in) by (episode id, turn index), then
+   :func:`verlog.rollout.iteration.record_iteration_tapes`.
 3. :func:`update_curriculum`: multi-task training's curriculum rewarded with the advantages the policy loss uses, and
    the ``curriculum/`` and ``family/`` metrics.
 
@@ -27,9 +29,9 @@ from verl import DataProto
 
 from verlog.advantage import turn_trace_weights
 from verlog.config.schema import AlgorithmConfig, TrainConfig
-from verlog.errors import VerlogError
 from verlog.estimators import Grouping, Rows, get_estimator
 from verlog.group_advantage import spread_untrained_rows
+from verlog.rollout.iteration import TAPE_TENSORS, estimate_advantages, record_iteration_tapes
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ class AdvantageStep(NamedTuple):
 
 def row_keys(data: DataProto) -> list[tuple[str, int]]:
     """Each row's (episode id, turn index), in the batch's order."""
-    nt = data.non_tensor_batch
-    return [(str(e), int(t)) for e, t in zip(nt["episode_id"], nt["turn_index"])]
+    columns = data.non_tensor_batch
+    return [(str(e), int(t)) for e, t in zip(columns["episode_id"], columns["turn_index"])]
 
 
 def trace_weights_of(data: DataProto) -> torch.Tensor:
@@ -85,39 +87,23 @@ def trace_weights_of(data: DataProto) -> torch.Tensor:
 def rows_of(data: DataProto, algorithm: AlgorithmConfig | None = None) -> Rows:
     """The estimators' view of a batch: its tensors and row columns (:class:`verlog.estimators.Rows`); with
     ``algorithm.turn_trace=vtrace`` also each row's trace weight (:func:`trace_weights_of`)."""
-    nt, tensors = data.non_tensor_batch, data.batch
+    columns, tensors = data.non_tensor_batch, data.batch
     present = tensors.keys()
     vtrace = algorithm is not None and algorithm.turn_trace == "vtrace"
     return Rows(
         token_rewards=tensors["token_level_rewards"],
         response_mask=tensors["response_mask"],
-        episode_id=[str(e) for e in nt["episode_id"]],
-        turn_index=[int(t) for t in nt["turn_index"]],
-        terminated=nt["terminated"],
-        truncated=nt["truncated"],
+        episode_id=[str(e) for e in columns["episode_id"]],
+        turn_index=[int(t) for t in columns["turn_index"]],
+        terminated=columns["terminated"],
+        truncated=columns["truncated"],
         values=tensors["values"] if "values" in present else None,
         next_values=tensors["next_values"] if "next_values" in present else None,
-        group_id=nt.get("group_id"),
-        anchor=nt.get("anchor"),
-        trained=nt.get("trained"),
+        group_id=columns.get("group_id"),
+        anchor=columns.get("anchor"),
+        trained=columns.get("trained"),
         trace_weights=trace_weights_of(data) if vtrace else None,
     )
-
-
-def check_finite(x: torch.Tensor, keys: Sequence[tuple[str, int]], what: str, env_id: Any) -> None:
-    """Stop the iteration on a NaN or infinite entry of ``x`` (``[B, R]``), naming the env, the episode and the turn.
-
-    Raises:
-        VerlogError: one line with up to 5 of the rows.
-    """
-    bad = (~torch.isfinite(x.float())).any(dim=1)
-    if bool(bad.any()):
-        rows = torch.nonzero(bad).squeeze(1).tolist()
-        where = ", ".join(f"episode {keys[i][0]} turn {keys[i][1]}" for i in rows[:5])
-        raise VerlogError(
-            f"a non-finite {what} in {len(rows)} row(s) of env {env_id!r}: {where}; an env must "
-            "return finite float rewards (check its step() for NaN or inf)"
-        )
 
 
 def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) -> AdvantageStep:
@@ -136,23 +122,13 @@ def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) 
         VerlogError: a non-finite reward or advantage; group estimators on rows without group ids.
     """
     estimator = get_estimator(settings.algorithm.estimator)
-    nt = data.non_tensor_batch
-    keys = row_keys(data)
-    if estimator.grouping is Grouping.GROUPS and "group_id" not in nt:
-        raise VerlogError(
-            f"algorithm.estimator={estimator.name} needs group rollouts (rows with group ids): the rollout "
-            "was built without rollout.group_size"
-        )
-    env_id = settings.env.id
-    check_finite(data.batch["token_level_rewards"], keys, "reward", env_id)
-    estimate = estimator.compute(rows_of(data, settings.algorithm), settings.algorithm)
-    what = "advantage (the critic's values or the bootstrap values)" if estimator.needs_critic else "advantage"
-    check_finite(estimate.raw, keys, what, env_id)
+    estimate = estimate_advantages(rows_of(data, settings.algorithm), settings.algorithm, settings.env.id)
     data.batch["advantages"] = estimate.advantages
     data.batch["returns"] = estimate.returns
     raw = estimate.raw
     if estimator.grouping is Grouping.GROUPS and not layout.shuffle:
-        order = spread_untrained_rows(nt["trained"].astype(bool).tolist(), layout.ranks, layout.mini_batch_rows)
+        trained = data.non_tensor_batch["trained"].astype(bool).tolist()
+        order = spread_untrained_rows(trained, layout.ranks, layout.mini_batch_rows)
         if order is not None and order != list(range(len(data))):
             data.reorder(torch.tensor(order, dtype=torch.long))
             raw = raw[order]
@@ -160,19 +136,6 @@ def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) 
 
 
 # ---------------------------------------------------------------------------------------------- run-level hooks
-TAPE_TENSORS = (
-    "values",
-    "advantages",
-    "returns",
-    "response_mask",
-    "old_log_probs",
-    "ref_log_prob",
-    "token_level_rewards",
-    "next_values",
-)
-"""The batch's tensors a training tape reads (absent ones are written as None)."""
-
-
 def record_tapes(
     tapes: Any,
     data: DataProto,
@@ -200,7 +163,7 @@ def record_tapes(
         TapeRowsError: a row of ``data`` is not among ``rollout_rows`` (the batch is not this rollout's): its tapes
             would be lost.
     """
-    from verlog.tapes import TapeRowsError, record_training_tapes
+    from verlog.tapes import TapeRowsError
 
     if tapes is None or step < 1:
         return 0
@@ -215,12 +178,8 @@ def record_tapes(
             "the rollout record disagree, a verlog bug; set tapes.episodes_per_iteration=0 to train without tapes"
         )
     present = data.batch.keys()
-    if entropys is not None and entropys.shape != data.batch["response_mask"].shape:
-        entropys = None
-    tensors = {k: data.batch[k] if k in present else None for k in TAPE_TENSORS}
-    tensors["advantages_raw"] = raw_advantages
-    tensors["entropys"] = entropys
-    return record_training_tapes(tapes, [by_key[k] for k in keys], tensors, step)
+    tensors = {name: data.batch[name] if name in present else None for name in TAPE_TENSORS}
+    return record_iteration_tapes(tapes, [by_key[k] for k in keys], tensors, raw_advantages, entropys, step)
 
 
 def update_curriculum(curriculum: Any, data: DataProto, episodes: Sequence[Any], step: int) -> dict[str, float]:
@@ -239,11 +198,11 @@ def update_curriculum(curriculum: Any, data: DataProto, episodes: Sequence[Any],
     """
     from verlog.curriculum import curriculum_metrics, family_abs_advantage
 
-    nt = data.non_tensor_batch
-    if curriculum is None or "task" not in nt or step < 1:
+    columns = data.non_tensor_batch
+    if curriculum is None or "task" not in columns or step < 1:
         return {}
-    trained = nt["trained"].astype(bool) if "trained" in nt else None
-    tasks = [str(t) for t in nt["task"]]
+    trained = columns["trained"].astype(bool) if "trained" in columns else None
+    tasks = [str(t) for t in columns["task"]]
     curriculum.update(
         family_abs_advantage(data.batch["advantages"], tasks, data.batch["response_mask"], trained=trained)
     )

@@ -4,7 +4,8 @@ verl's legacy trainer builds ``actor_rollout_ref.rollout.agent.agent_loop_manage
 calls its ``generate_sequences(batch)`` once per iteration. This subclass starts no agent-loop worker actors; the
 trainer attaches a :class:`~verlog.rollout.manager.RolloutManager` (generating through verl's vLLM server client,
 token in, token out), and ``generate_sequences`` returns its ``num_slots x turns_per_slot`` per-turn rows in the
-layout verl's PPO step expects. It keeps the iteration's rollout (:class:`RolloutRecord`: the
+layout verl's PPO step expects. It keeps the iteration's rollout
+(:class:`~verlog.rollout.iteration.RolloutRecord`, from :func:`~verlog.rollout.iteration.collect_iteration`: the
 :class:`~verlog.rollout.batch.TurnBatch` and its metrics) under the iteration's number, which verl's ``fit`` puts in
 the batch's ``meta_info["global_steps"]``; the trainer asks for it by that number (:meth:`rollout_at`).
 """
@@ -12,8 +13,6 @@ the batch's ``meta_info["global_steps"]``; the trainer asks for it by that numbe
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,20 +23,9 @@ from verl.utils.model import compute_position_id_with_mask
 from verlog.errors import VerlogError
 from verlog.fault_points import reached
 from verlog.rollout.batch import TurnBatch
+from verlog.rollout.iteration import RolloutRecord, collect_iteration
 from verlog.rollout.manager import RolloutManager
 from verlog.trainer.async_rollout import RolloutAhead
-
-
-@dataclass
-class RolloutRecord:
-    """One iteration's rollout: its number (verl's ``global_steps``), the rows and finished episodes, the metrics, and
-    its line of ``rollout.jsonl`` (the episodes at its start, their seeds, the finished ones)."""
-
-    step: int
-    batch: TurnBatch
-    metrics: dict[str, float] = field(default_factory=dict)
-    log: dict[str, Any] = field(default_factory=dict)
-    elapsed: float = 0.0
 
 
 def version_metrics(batch: TurnBatch) -> dict[str, float]:
@@ -78,22 +66,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
         """One iteration of rollout as a :class:`RolloutRecord` (its ``step`` is set when it is handed out)."""
         if self.rollout is None:
             raise VerlogError("VerlogAgentLoopManager has no rollout attached: the verlog trainer attaches one")
-        start_episodes = self.rollout.current_episodes()
-        t0 = time.perf_counter()
-        batch = self.rollout.collect(self.turns_per_slot)
-        elapsed = time.perf_counter() - t0
-        log = {
-            "start_episodes": start_episodes,
-            "rows": len(batch),
-            # every episode with a row in this batch -> the env seed it was reset with (training layouts)
-            "episode_seeds": {r.episode_id: r.seed for r in batch.rows if not r.idle},
-            "finished_episodes": [
-                {"id": e.episode_id, "seed": e.seed, "success": e.success, "return": e.ret, "length": e.length}
-                for e in batch.episodes
-            ],
-        }
-        metrics = {**batch.metrics(), **batch.timing}
-        return RolloutRecord(-1, batch, metrics, log, elapsed)
+        return collect_iteration(self.rollout, self.turns_per_slot)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:  # type: ignore[override]
         """One iteration of rollout: ``len(prompts)`` rows (the trainer's tick batch fixes the size); collected
@@ -131,13 +104,13 @@ class VerlogAgentLoopManager(AgentLoopManager):
         version among the row's tokens, -1 when unknown), task in multi-task training and, for group rollouts,
         group_id, anchor, trained.
         """
-        rcfg = self.config.actor_rollout_ref.rollout
+        rollout_config = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
-        t = batch.to_tensors(pad, int(rcfg.prompt_length), int(rcfg.response_length))
-        tensors = {k: t[k] for k in ("prompts", "responses", "response_mask", "input_ids", "attention_mask")}
-        tensors["position_ids"] = compute_position_id_with_mask(t["attention_mask"])
-        tensors["rollout_log_probs"] = t["rollout_log_probs"]
-        tensors["rm_scores"] = t["rm_scores"]
+        laid_out = batch.to_tensors(pad, int(rollout_config.prompt_length), int(rollout_config.response_length))
+        tensors = {k: laid_out[k] for k in ("prompts", "responses", "response_mask", "input_ids", "attention_mask")}
+        tensors["position_ids"] = compute_position_id_with_mask(laid_out["attention_mask"])
+        tensors["rollout_log_probs"] = laid_out["rollout_log_probs"]
+        tensors["rm_scores"] = laid_out["rm_scores"]
         rows = batch.rows
         non_tensors = {
             "episode_id": np.array([r.episode_id for r in rows], dtype=object),

@@ -52,116 +52,153 @@ def lora_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
 def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
     """Hydra override strings for verl's ``ppo_trainer`` config, derived from verlog's config."""
     cfg = _typed(cfg)
-    alg, hw, ro, ev = cfg.algorithm, cfg.hardware, cfg.rollout, cfg.evaluation
-    mini, micro, model_path = cfg.mini_batch_rows, cfg.micro_batch_rows, cfg.model.path
     # an estimator without a critic (grpo, gigpo: its registry entry says so): verl builds none (need_critic reads
     # critic.enable), never calls _compute_values, and trains the actor from the first iteration
     critic = get_estimator(cfg.algorithm.estimator).needs_critic
     out = [
-        # data: the rollout manager replaces the prompt data set (train/val files are never read)
-        f"data.train_batch_size={cfg.rows_per_iteration}",
-        f"data.max_prompt_length={ro.max_prompt_tokens}",
-        f"data.max_response_length={ro.max_response_tokens}",
-        "data.dataloader_num_workers=0",
-        # algorithm: verlog computes the advantage itself (dual-discount GAE); KL in reward through verl
-        f"algorithm.adv_estimator={'gae' if critic else 'grpo'}",
-        f"algorithm.use_kl_in_reward={alg.kl_in_reward}",
-        f"algorithm.kl_ctrl.kl_coef={alg.kl_coef}",
-        # actor
-        f"actor_rollout_ref.model.path={model_path}",
-        f"actor_rollout_ref.actor.optim.lr={alg.actor_lr}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-        f"actor_rollout_ref.actor.ppo_epochs={alg.ppo_epochs}",
-        f"actor_rollout_ref.actor.clip_ratio={alg.clip_ratio}",
-        f"actor_rollout_ref.actor.entropy_coeff={alg.entropy_coeff}",
-        "actor_rollout_ref.actor.use_kl_loss=False",
-        f"actor_rollout_ref.actor.optim.clip_grad={alg.grad_clip}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
-        # rollout: verl's vLLM async server, driven token-in-token-out by verlog's rollout manager
-        "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.n=1",
-        f"actor_rollout_ref.rollout.temperature={cfg.sampling.temperature}",
-        f"actor_rollout_ref.rollout.top_p={cfg.sampling.top_p}",
-        f"actor_rollout_ref.rollout.top_k={cfg.sampling.top_k}",
-        f"actor_rollout_ref.rollout.prompt_length={ro.max_prompt_tokens}",
-        f"actor_rollout_ref.rollout.response_length={ro.max_response_tokens}",
-        f"actor_rollout_ref.rollout.tensor_model_parallel_size={hw.rollout_tp}",
-        f"actor_rollout_ref.rollout.gpu_memory_utilization={hw.rollout_gpu_memory_utilization}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={AGENT_LOOP_MANAGER}",
-        # critic
-        f"critic.model.path={model_path}",
-        f"critic.optim.lr={alg.critic_lr}",
-        f"critic.ppo_mini_batch_size={mini}",
-        f"critic.ppo_micro_batch_size_per_gpu={micro}",
-        f"critic.ppo_epochs={alg.ppo_epochs}",
-        f"critic.cliprange_value={alg.cliprange_value}",
-        # trainer
-        f"trainer.n_gpus_per_node={hw.n_gpus_per_node}",
-        f"trainer.nnodes={hw.nnodes}",
-        "trainer.total_epochs=1",
-        f"trainer.total_training_steps={cfg.iterations}",
-        # verl trains the critic only while global_steps < critic_warmup (steps count from 1); 0 without a critic
-        f"trainer.critic_warmup={alg.critic_warmup + 1 if alg.critic_warmup > 0 and critic else 0}",
-        f"trainer.save_freq={cfg.checkpoint.save_freq}",
-        # verl's validation hook runs verlog's evaluation (VerlogPPOTrainer._validate) every evaluation.every
-        # iterations and at the last one; off (-1) when evaluation.every is 0
-        f"trainer.test_freq={ev.every if ev.every > 0 else -1}",
-        f"trainer.val_before_train={ev.every > 0 and ev.before_train}",
-        f"trainer.project_name={cfg.project}",
-        f"trainer.experiment_name={cfg.run_name}",
-        f"trainer.default_local_dir={RunFolder(cfg.output_dir).checkpoints}",
-        f"trainer.logger=[{','.join(cfg.logger)}]",
-        "reward.num_workers=1",
+        *_data_and_algorithm_overrides(cfg, critic),
+        *_actor_overrides(cfg),
+        *_rollout_overrides(cfg),
+        *_critic_overrides(cfg),
+        *_trainer_overrides(cfg, critic),
     ]
     if not critic:
         out.append("critic.enable=False")
     out += lora_overrides(cfg, critic)
-    if get_async_mode(ro.async_mode).corrects(alg):
+    algorithm = cfg.algorithm
+    if get_async_mode(cfg.rollout.async_mode).corrects(algorithm):
         # rows sampled by an older policy: verl's rollout correction in decoupled mode (truncated importance weights
         # pi_old / pi_rollout in the policy loss; no rejection sampling, which edits the response mask)
         out += [
-            f"algorithm.rollout_correction.rollout_is={alg.rollout_is}",
-            f"algorithm.rollout_correction.rollout_is_threshold={alg.rollout_is_threshold}",
+            f"algorithm.rollout_correction.rollout_is={algorithm.rollout_is}",
+            f"algorithm.rollout_correction.rollout_is_threshold={algorithm.rollout_is_threshold}",
         ]
     resume = cfg.checkpoint.resume
     if resume in ("auto", "disable"):
         out.append(f"trainer.resume_mode={resume}")
     else:
         out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume}"]
-    if hw.cpu:
-        out += [
-            "trainer.device=cpu",
-            "actor_rollout_ref.actor.strategy=fsdp2",
-            "critic.strategy=fsdp2",
-            "actor_rollout_ref.ref.strategy=fsdp2",
-            "actor_rollout_ref.model.use_remove_padding=False",
-            "critic.model.use_remove_padding=False",
-            "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-            "+critic.model.override_config.attn_implementation=sdpa",
-            "actor_rollout_ref.actor.use_torch_compile=False",
-            "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-            "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
-            "critic.fsdp.use_torch_compile=False",
-            # fp32 compute and no activation recomputation: on a CPU without bf16 units verl's defaults (bf16 mixed
-            # precision, gradient checkpointing) are slower (docs/design.md, "CPU precision")
-            f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={_FP32}",
-            f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={_FP32}",
-            f"+critic.fsdp.mixed_precision={_FP32}",
-            "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-            "critic.model.enable_gradient_checkpointing=False",
-            "actor_rollout_ref.rollout.dtype=float32",
-            "actor_rollout_ref.rollout.enforce_eager=True",
-            "actor_rollout_ref.rollout.free_cache_engine=False",
-            "+actor_rollout_ref.rollout.enable_sleep_mode=False",
-        ]
+    if cfg.hardware.cpu:
+        out += list(CPU_OVERRIDES)
     return out
 
 
+def _data_and_algorithm_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
+    """The data section (the rollout manager replaces the prompt data set: train/val files are never read) and the
+    algorithm's (verlog computes the advantage itself; KL in reward through verl)."""
+    rollout, algorithm = cfg.rollout, cfg.algorithm
+    return [
+        f"data.train_batch_size={cfg.rows_per_iteration}",
+        f"data.max_prompt_length={rollout.max_prompt_tokens}",
+        f"data.max_response_length={rollout.max_response_tokens}",
+        "data.dataloader_num_workers=0",
+        f"algorithm.adv_estimator={'gae' if critic else 'grpo'}",
+        f"algorithm.use_kl_in_reward={algorithm.kl_in_reward}",
+        f"algorithm.kl_ctrl.kl_coef={algorithm.kl_coef}",
+    ]
+
+
+def _actor_overrides(cfg: TrainConfig) -> list[str]:
+    """The actor's optimizer, PPO batch sizes and loss, and the reference model's micro-batch."""
+    algorithm, micro = cfg.algorithm, cfg.micro_batch_rows
+    return [
+        f"actor_rollout_ref.model.path={cfg.model.path}",
+        f"actor_rollout_ref.actor.optim.lr={algorithm.actor_lr}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={cfg.mini_batch_rows}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.actor.ppo_epochs={algorithm.ppo_epochs}",
+        f"actor_rollout_ref.actor.clip_ratio={algorithm.clip_ratio}",
+        f"actor_rollout_ref.actor.entropy_coeff={algorithm.entropy_coeff}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        f"actor_rollout_ref.actor.optim.clip_grad={algorithm.grad_clip}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+    ]
+
+
+def _rollout_overrides(cfg: TrainConfig) -> list[str]:
+    """verl's vLLM async server, driven token-in-token-out by verlog's rollout manager."""
+    rollout, hardware, sampling = cfg.rollout, cfg.hardware, cfg.sampling
+    return [
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.n=1",
+        f"actor_rollout_ref.rollout.temperature={sampling.temperature}",
+        f"actor_rollout_ref.rollout.top_p={sampling.top_p}",
+        f"actor_rollout_ref.rollout.top_k={sampling.top_k}",
+        f"actor_rollout_ref.rollout.prompt_length={rollout.max_prompt_tokens}",
+        f"actor_rollout_ref.rollout.response_length={rollout.max_response_tokens}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={hardware.rollout_tp}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={hardware.rollout_gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={cfg.micro_batch_rows}",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={AGENT_LOOP_MANAGER}",
+    ]
+
+
+def _critic_overrides(cfg: TrainConfig) -> list[str]:
+    algorithm = cfg.algorithm
+    return [
+        f"critic.model.path={cfg.model.path}",
+        f"critic.optim.lr={algorithm.critic_lr}",
+        f"critic.ppo_mini_batch_size={cfg.mini_batch_rows}",
+        f"critic.ppo_micro_batch_size_per_gpu={cfg.micro_batch_rows}",
+        f"critic.ppo_epochs={algorithm.ppo_epochs}",
+        f"critic.cliprange_value={algorithm.cliprange_value}",
+    ]
+
+
+def _trainer_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
+    """Devices, iterations, the critic-only iterations, checkpoints, evaluation, tracking and the run folder."""
+    hardware, algorithm, evaluation = cfg.hardware, cfg.algorithm, cfg.evaluation
+    critic_warmup = algorithm.critic_warmup + 1 if algorithm.critic_warmup > 0 and critic else 0
+    return [
+        f"trainer.n_gpus_per_node={hardware.n_gpus_per_node}",
+        f"trainer.nnodes={hardware.nnodes}",
+        "trainer.total_epochs=1",
+        f"trainer.total_training_steps={cfg.iterations}",
+        # verl trains the critic only while global_steps < critic_warmup (steps count from 1); 0 without a critic
+        f"trainer.critic_warmup={critic_warmup}",
+        f"trainer.save_freq={cfg.checkpoint.save_freq}",
+        # verl's validation hook runs verlog's evaluation (VerlogPPOTrainer._validate) every evaluation.every
+        # iterations and at the last one; off (-1) when evaluation.every is 0
+        f"trainer.test_freq={evaluation.every if evaluation.every > 0 else -1}",
+        f"trainer.val_before_train={evaluation.every > 0 and evaluation.before_train}",
+        f"trainer.project_name={cfg.project}",
+        f"trainer.experiment_name={cfg.run_name}",
+        f"trainer.default_local_dir={RunFolder(cfg.output_dir).checkpoints}",
+        f"trainer.logger=[{','.join(cfg.logger)}]",
+        "reward.num_workers=1",
+    ]
+
+
 _FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+
+CPU_OVERRIDES = (
+    "trainer.device=cpu",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "critic.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "critic.model.use_remove_padding=False",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+critic.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
+    "critic.fsdp.use_torch_compile=False",
+    # fp32 compute and no activation recomputation: on a CPU without bf16 units verl's defaults (bf16 mixed
+    # precision, gradient checkpointing) are slower (docs/design.md, "CPU precision")
+    f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={_FP32}",
+    f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={_FP32}",
+    f"+critic.fsdp.mixed_precision={_FP32}",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "critic.model.enable_gradient_checkpointing=False",
+    "actor_rollout_ref.rollout.dtype=float32",
+    "actor_rollout_ref.rollout.enforce_eager=True",
+    "actor_rollout_ref.rollout.free_cache_engine=False",
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+)
+"""verl's settings on a CPU (``hardware.cpu``): FSDP2, no remove-padding, sdpa, no torch.compile, fp32."""
 
 
 def build_verl_config(cfg: TrainConfig | DictConfig) -> DictConfig:

@@ -32,12 +32,13 @@ def describe_run(
     """Describe the run of the checked config ``cfg`` (see the module docstring)."""
     if cfg.verl:
         build_verl_config(cfg)  # merges the verl: section into verl's PPO config (unknown verl keys are errors)
-    ro, hw = cfg.rollout, cfg.hardware
+    rollout, hardware = cfg.rollout, cfg.hardware
     lines = [
         "# verlog train --dry-run: nothing was started",
         f"# command: {command_line(overrides, config_dir, config_name)}",
-        f"# turns per iteration: {cfg.rows_per_iteration} ({ro.num_slots} slots x {ro.turns_per_slot} turns), "
-        f"mini-batch {cfg.mini_batch_rows} turns, {cfg.ranks} ranks ({hw.nnodes} node(s) x {hw.n_gpus_per_node})",
+        f"# turns per iteration: {cfg.rows_per_iteration} ({rollout.num_slots} slots x {rollout.turns_per_slot} "
+        f"turns), mini-batch {cfg.mini_batch_rows} turns, {cfg.ranks} ranks ({hardware.nnodes} node(s) x "
+        f"{hardware.n_gpus_per_node})",
         _evaluation_line(cfg),
         "# verl overrides derived from this config (then the verl: section is merged):",
         *(f"#   {item}" for item in verl_overrides(cfg)),
@@ -47,12 +48,12 @@ def describe_run(
 
 
 def _evaluation_line(cfg: TrainConfig) -> str:
-    ev = cfg.evaluation
-    if ev.every == 0:
+    evaluation = cfg.evaluation
+    if evaluation.every == 0:
         return "# evaluation inside training: off (evaluation.every=0)"
-    when = "before the first iteration, " if ev.before_train else ""
+    when = "before the first iteration, " if evaluation.before_train else ""
     return (
-        f"# evaluation inside training: {when}every {ev.every} iteration(s) and at the last one, {ev.episodes} "
-        f"episodes of {cfg.env.id} on seeds {ev.seed_start}..{ev.seed_start + ev.episodes - 1}, temperature "
-        f"{ev.temperature}"
+        f"# evaluation inside training: {when}every {evaluation.every} iteration(s) and at the last one, "
+        f"{evaluation.episodes} episodes of {cfg.env.id} on seeds {evaluation.seed_start}.."
+        f"{evaluation.seed_start + evaluation.episodes - 1}, temperature {evaluation.temperature}"
     )

@@ -83,16 +83,16 @@ def _init_ray(cfg: TrainConfig, verl_cfg: DictConfig) -> None:
         if key in os.environ:
             env_vars[key] = os.environ[key]
     runtime_env["env_vars"] = env_vars
-    hw = cfg.hardware
+    hardware = cfg.hardware
     kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
-    if hw.ray.num_cpus:
-        kwargs["num_cpus"] = hw.ray.num_cpus
-    if hw.ray.object_store_memory:
-        kwargs["object_store_memory"] = hw.ray.object_store_memory
-    if hw.ray.temp_dir:
-        kwargs["_temp_dir"] = hw.ray.temp_dir
-    if hw.cpu:  # logical GPUs: one per CPU rank, so verl's placement groups work unchanged
-        kwargs["num_gpus"] = hw.n_gpus_per_node
+    if hardware.ray.num_cpus:
+        kwargs["num_cpus"] = hardware.ray.num_cpus
+    if hardware.ray.object_store_memory:
+        kwargs["object_store_memory"] = hardware.ray.object_store_memory
+    if hardware.ray.temp_dir:
+        kwargs["_temp_dir"] = hardware.ray.temp_dir
+    if hardware.cpu:  # logical GPUs: one per CPU rank, so verl's placement groups work unchanged
+        kwargs["num_gpus"] = hardware.n_gpus_per_node
     ray.init(**kwargs)
 
 
