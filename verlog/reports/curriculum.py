@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.eval import bootstrap_mean_ci
-from verlog.reports.run_files import ReportError, read_log, read_notes, read_settings
+from verlog.reports.run_files import existing_run, read_log, read_notes, read_settings
 from verlog.run_folder import RunFolder
 
 RUNS = ("uniform", "sec")
@@ -60,9 +60,7 @@ def _ci(values: list[float]) -> str:
 
 def render(run_dir: str | Path) -> str:
     """The results page of the curriculum run folder ``run_dir`` (a run not started yet says so)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ReportError(f"run folder {str(run_dir)!r} does not exist: run recipes/cpu/curriculum_toy.sh first")
+    run_dir = existing_run(run_dir, "recipes/cpu/curriculum_toy.sh")
     lines = [
         "# Multi-task PPO with a self-evolving curriculum (SEC) vs uniform task sampling (2-core CPU)",
         "",

@@ -20,6 +20,14 @@ class ReportError(VerlogError, ValueError):
     """A run folder whose files cannot be read as its recipe writes them (the message names the file and the fix)."""
 
 
+def existing_run(run_dir: str | Path, recipe: str) -> Path:
+    """``run_dir`` as a path, checked to be a folder (a :class:`ReportError` naming ``recipe`` if it is not)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ReportError(f"run folder {str(run)!r} does not exist: run {recipe} (OUTPUT_DIR=...) first")
+    return run
+
+
 def read_log(path: str | Path, tag: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped; a torn last line, left by a killed writer, skipped
     with a ``[tag]`` warning on stderr: :func:`verlog.files.read_jsonl`); ``[]`` for a missing file when

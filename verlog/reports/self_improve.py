@@ -21,7 +21,7 @@ from typing import Any
 
 from verlog.eval import Interval, compare_records
 from verlog.reports.evaluation import Evaluation, load_evaluation
-from verlog.reports.run_files import ReportError, read_settings, shown_path, shown_settings
+from verlog.reports.run_files import existing_run, read_settings, shown_path, shown_settings
 
 START_EVAL = "eval_sft"
 ROUND_DIR = re.compile(r"^(?:collect|self_sft|eval_self)_(\d+)$")  # a round's stage folders
@@ -54,11 +54,7 @@ class SelfImproveResults:
 
 def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) -> SelfImproveResults:
     """Read a self-improvement run folder (rounds not run yet are left out)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise ReportError(
-            f"run folder {str(run)!r} does not exist; run recipes/cpu/self_improve_babyai.sh (OUTPUT_DIR=...) first"
-        )
+    run = existing_run(run_dir, "recipes/cpu/self_improve_babyai.sh")
     kw = {"n_resamples": n_resamples, "seed": seed}
     start = load_evaluation(run / START_EVAL, "SFT (start)", **kw)
     results = SelfImproveResults(run, read_settings(run), start)

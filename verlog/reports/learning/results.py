@@ -26,7 +26,7 @@ from verlog.reports.learning.stages import (
     TARGETS,
     Target,
 )
-from verlog.reports.run_files import ReportError, read_notes, read_settings, shown_path, shown_settings
+from verlog.reports.run_files import existing_run, read_notes, read_settings, shown_path, shown_settings
 from verlog.run_folder import METRICS_FILE
 
 
@@ -137,11 +137,7 @@ def compare(a: Evaluation, b: Evaluation, *, n_resamples: int = 10_000, seed: in
 
 def collect(run_dir: str | Path, *, n_resamples: int = 10_000, seed: int = 0) -> LearningResults:
     """Read a learning run folder (missing stages are left out)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise ReportError(
-            f"run folder {str(run)!r} does not exist: run recipes/cpu/learn_babyai.sh (OUTPUT_DIR=...) first"
-        )
+    run = existing_run(run_dir, "recipes/cpu/learn_babyai.sh")
     kw = {"n_resamples": n_resamples, "seed": seed}
     settings = read_settings(run)
     start_label = "warm start" if settings.get("START") == "warm_start" else "SFT"
