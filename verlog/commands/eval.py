@@ -296,14 +296,38 @@ def _progress(args: argparse.Namespace, n_episodes: int) -> tuple[Any, list[floa
     return progress, started
 
 
+def _evaluate_with_args(
+    args: argparse.Namespace, protocol: Any, model: Any, sampling: Any, memory: Any, progress: Any
+) -> dict:
+    """:func:`verlog.eval.evaluate` with the command line's settings; an earlier evaluation in OUT that does not
+    fit (:class:`EvalProtocolError`) is a UsageError."""
+    from verlog.eval import evaluate
+    from verlog.eval.protocol import EvalProtocolError
+
+    try:
+        return evaluate(
+            protocol,
+            model,
+            sampling,
+            args.out,
+            memory=memory,
+            max_prompt_tokens=args.max_prompt_tokens,
+            concurrency=args.concurrency,
+            log_turns=args.log_turns,
+            resume=args.resume,
+            n_resamples=args.bootstrap_resamples,
+            on_episode=progress,
+        )
+    except EvalProtocolError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _evaluate_endpoint(args: argparse.Namespace, protocol: Any, tokenizer: Any, sampling: Any, memory: Any) -> dict:
     """Check the endpoint (exit 2 when it does not answer, serves another model or refuses the key), then play
     every episode against it. A server lost during the run is EndpointDownError (exit 1) with the resume hint."""
     import time
 
-    from verlog.eval import evaluate
     from verlog.eval.endpoint import EndpointDownError, EndpointError, connect
-    from verlog.eval.protocol import EvalProtocolError
     from verlog.eval.report import EPISODES_FILE
 
     try:
@@ -324,21 +348,7 @@ def _evaluate_endpoint(args: argparse.Namespace, protocol: Any, tokenizer: Any, 
     progress, started = _progress(args, len(protocol.episodes()))
     started[0] = time.monotonic()
     try:
-        return evaluate(
-            protocol,
-            model,
-            sampling,
-            args.out,
-            memory=memory,
-            max_prompt_tokens=args.max_prompt_tokens,
-            concurrency=args.concurrency,
-            log_turns=args.log_turns,
-            resume=args.resume,
-            n_resamples=args.bootstrap_resamples,
-            on_episode=progress,
-        )
-    except EvalProtocolError as exc:
-        raise UsageError(str(exc)) from None
+        return _evaluate_with_args(args, protocol, model, sampling, memory, progress)
     except EndpointDownError as exc:
         episodes = Path(args.out) / EPISODES_FILE
         kept = sum(1 for line in episodes.open(encoding="utf-8") if line.strip()) if episodes.exists() else 0
@@ -354,9 +364,8 @@ def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path,
     import time
 
     from verlog.console import QuietConsole
-    from verlog.eval import evaluate, load_model
+    from verlog.eval import load_model
     from verlog.eval.engine import EvalModelError
-    from verlog.eval.protocol import EvalProtocolError
 
     log = Path(args.out) / EVAL_LOG
     console = QuietConsole(log, verbose=args.verbose, title=f"verlog eval --model {args.model} --out {args.out}")
@@ -378,21 +387,7 @@ def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path,
                 raise UsageError(str(exc)) from None
             started[0] = time.monotonic()  # the pace of the episodes, not of the engine's start
             try:
-                return evaluate(
-                    protocol,
-                    model,
-                    sampling,
-                    args.out,
-                    memory=memory,
-                    max_prompt_tokens=args.max_prompt_tokens,
-                    concurrency=args.concurrency,
-                    log_turns=args.log_turns,
-                    resume=args.resume,
-                    n_resamples=args.bootstrap_resamples,
-                    on_episode=progress,
-                )
-            except EvalProtocolError as exc:
-                raise UsageError(str(exc)) from None
+                return _evaluate_with_args(args, protocol, model, sampling, memory, progress)
             finally:
                 model.close()  # vLLM's shutdown lines into the log, not after the summary
     except UsageError:

@@ -72,25 +72,13 @@ def run(args: argparse.Namespace) -> int:
 
     from verlog.errors import PromptTooLongError
     from verlog.model_folder import load_chat_tokenizer
-    from verlog.testing import DEFAULT_CORPUS, TinyModelSpec, build_tiny_model, env_corpus
+    from verlog.testing import TinyModelSpec, build_tiny_model
     from verlog.warm_start import WarmStartConfig, WarmStartError, warm_start
 
     import_user_modules(args.imports)
     if args.vision:
         return _run_vision(args)
-    spec = TinyModelSpec(
-        hidden_size=args.hidden_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        num_kv_heads=args.num_kv_heads,
-        intermediate_size=args.intermediate_size or 2 * args.hidden_size,
-        vocab_size=args.vocab_size,
-        seed=args.seed,
-    )
-    try:
-        spec.validate()
-    except ValueError as exc:
-        raise UsageError(f"{exc} (--hidden-size, --num-heads, --num-kv-heads, --vocab-size)") from None
+    spec = _checked_spec(args, TinyModelSpec)
     warm = None
     if args.warm_start is not None:
         check_env_id(args.warm_start, "--warm-start")
@@ -109,10 +97,7 @@ def run(args: argparse.Namespace) -> int:
             warm.check()
         except WarmStartError as exc:
             raise UsageError(str(exc)) from None
-    for env_id in args.tokenizer_env:
-        check_env_id(env_id, "--tokenizer-env")
-    out = check_output_folder(args.out, "OUT", force=args.force, what="the model")
-    corpus = [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
+    out, corpus = _output_and_corpus(args)
     transformers_logging.disable_progress_bar()  # stderr is for errors (a tiny model takes no time to write)
     staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-model-"))
     try:
@@ -133,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(answers {stats['answer_tokens_mean']:.1f} tokens) in {stats['wall_s']:.0f} s; loss "
                 f"{stats['first_loss']:.2f} -> {stats['last_loss']:.2f}"
             )
-        out.mkdir(parents=True, exist_ok=True)
-        for item in sorted(staging.iterdir()):  # files of the same name are replaced (--force)
-            shutil.move(str(item), str(out / item.name))
+        _move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"tiny model written to {out}")
@@ -146,12 +129,27 @@ def _run_vision(args: argparse.Namespace) -> int:
     """``--vision``: build the tiny VLM in a staging folder and move it into OUT."""
     from transformers.utils import logging as transformers_logging
 
-    from verlog.testing import DEFAULT_CORPUS, env_corpus
     from verlog.tiny_vlm import TinyVLMSpec, build_tiny_vlm
 
     if args.warm_start is not None:
         raise UsageError("--warm-start is not available with --vision yet: build the model without it")
-    spec = TinyVLMSpec(
+    spec = _checked_spec(args, TinyVLMSpec)
+    out, corpus = _output_and_corpus(args)
+    transformers_logging.disable_progress_bar()
+    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-vlm-"))
+    try:
+        build_tiny_vlm(staging, corpus=corpus, spec=spec)
+        _move_into(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"tiny vision-language model (Qwen2-VL) written to {out}")
+    return 0
+
+
+def _checked_spec(args: argparse.Namespace, spec_type: Any) -> Any:
+    """The model shape of the command line as ``spec_type`` (TinyModelSpec or TinyVLMSpec), checked: a shape that
+    cannot be built is a UsageError naming the options."""
+    spec = spec_type(
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
         num_heads=args.num_heads,
@@ -164,21 +162,24 @@ def _run_vision(args: argparse.Namespace) -> int:
         spec.validate()
     except ValueError as exc:
         raise UsageError(f"{exc} (--hidden-size, --num-heads, --num-kv-heads, --vocab-size)") from None
+    return spec
+
+
+def _output_and_corpus(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """The checked OUT folder and the tokenizer's training texts (the default corpus and each --tokenizer-env's)."""
+    from verlog.testing import DEFAULT_CORPUS, env_corpus
+
     for env_id in args.tokenizer_env:
         check_env_id(env_id, "--tokenizer-env")
     out = check_output_folder(args.out, "OUT", force=args.force, what="the model")
-    corpus = [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
-    transformers_logging.disable_progress_bar()
-    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-vlm-"))
-    try:
-        build_tiny_vlm(staging, corpus=corpus, spec=spec)
-        out.mkdir(parents=True, exist_ok=True)
-        for item in sorted(staging.iterdir()):
-            shutil.move(str(item), str(out / item.name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    print(f"tiny vision-language model (Qwen2-VL) written to {out}")
-    return 0
+    return out, [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
+
+
+def _move_into(staging: Path, out: Path) -> None:
+    """Move the files built in ``staging`` into ``out`` (files of the same name are replaced: --force)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in sorted(staging.iterdir()):
+        shutil.move(str(item), str(out / item.name))
 
 
 def _check_budget(tokenizer: Any, warm: Any) -> None:
