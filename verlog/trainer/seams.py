@@ -3,8 +3,9 @@
 verlog trains through verl's own ``fit()``; it changes verl's behaviour only at these seams (docs/design.md, "Seams
 in verl"). Overriding a method or swapping a module attribute silently does nothing, or the wrong thing, once a new
 verl stops calling it the way 0.9.1 does, so :func:`check_seams` reads the installed verl's source and refuses to start
-when a seam moved: an upgrade of verl is then a local change here and in :mod:`verlog.trainer.ppo`, found before any
-worker starts, like the CPU platform patches (verlog/platform/cpu.py).
+when a seam moved: an upgrade of verl is then a local change here and in :mod:`verlog.trainer.ppo` (with its parts
+:mod:`verlog.trainer.model_passes` and :mod:`verlog.trainer.run_state`), found before any worker starts, like the
+CPU platform patches (verlog/platform/cpu.py).
 
 Swapped at run time, for the duration of ``fit()`` only:
 - ``verl.trainer.ppo.ray_trainer.compute_advantage`` (``fit`` calls the module global): the advantage step of
@@ -221,5 +222,5 @@ def check_seams() -> None:
             "its seams in verl's PPO trainer moved:\n  - "
             + "\n  - ".join(problems)
             + f"\nInstall verl=={VERL_VERSION} (pip install -e .), or update verlog/trainer/seams.py and "
-            "verlog/trainer/ppo.py for the new verl."
+            "verlog/trainer/ppo.py (model_passes.py, run_state.py) for the new verl."
         )
