@@ -96,10 +96,13 @@ def family_protocols(cfg: DictConfig) -> tuple[tuple[str, EvalProtocol], ...]:
 def family_metrics(name: str, records: Sequence[EpisodeRecord]) -> dict[str, float]:
     """``eval/<family>/success``, ``/return``, ``/valid_action_rate`` (means, read as :data:`_MEASURES` reads them)
     and ``/episodes`` of one family."""
-    n = max(len(records), 1)
-    p = f"{EVAL_PREFIX}{name}/"
-    out = {p + m: sum(_MEASURES[m](r) for r in records) / n for m in ("success", "return", "valid_action_rate")}
-    out[p + "episodes"] = float(len(records))
+    count = max(len(records), 1)
+    prefix = f"{EVAL_PREFIX}{name}/"
+    out = {
+        prefix + measure: sum(_MEASURES[measure](r) for r in records) / count
+        for measure in ("success", "return", "valid_action_rate")
+    }
+    out[prefix + "episodes"] = float(len(records))
     return out
 
 
@@ -130,12 +133,12 @@ def eval_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
 
 def summary_line(iteration: int, metrics: dict[str, float]) -> str:
     """The one-line progress report printed after each evaluation."""
-    p = EVAL_PREFIX
+    prefix = EVAL_PREFIX
     return (
-        f"[verlog] eval at iteration {iteration}: success {100 * metrics[p + 'success']:.1f}% "
-        f"± {100 * metrics[p + 'success_se']:.1f} over {int(metrics[p + 'episodes'])} episodes "
-        f"(progression {metrics[p + 'progression']:.3f}, return {metrics[p + 'return']:.3f}, "
-        f"valid actions {100 * metrics[p + 'valid_action_rate']:.1f}%, {metrics[p + 'time_s']:.0f} s)"
+        f"[verlog] eval at iteration {iteration}: success {100 * metrics[prefix + 'success']:.1f}% "
+        f"± {100 * metrics[prefix + 'success_se']:.1f} over {int(metrics[prefix + 'episodes'])} episodes "
+        f"(progression {metrics[prefix + 'progression']:.3f}, return {metrics[prefix + 'return']:.3f}, "
+        f"valid actions {100 * metrics[prefix + 'valid_action_rate']:.1f}%, {metrics[prefix + 'time_s']:.0f} s)"
     )
 
 

@@ -382,8 +382,8 @@ def order_for_sharing(prompts: Sequence[Sequence[int]], micro_batch_rows: int, s
     """
     n = len(prompts)
     ranked = sorted(range(n), key=lambda i: tuple(prompts[i]))
-    m = max(1, micro_batch_rows)
-    runs = [ranked[k : k + m] for k in range(0, n, m)]
+    micro = max(1, micro_batch_rows)
+    runs = [ranked[k : k + micro] for k in range(0, n, micro)]
     generator = torch.Generator().manual_seed(int(seed))
     shuffled = torch.randperm(len(runs), generator=generator).tolist()
     return [i for r in shuffled for i in runs[r]]
@@ -399,10 +399,10 @@ def batch_sharing_stats(
         tokens of the rows (1.0 = no saving); ``shared_prefix_tokens``: mean prefix length of a group.
     """
     groups = rows = total = computed = prefix_sum = 0
-    m = max(1, micro_batch_rows)
-    for k in range(0, len(prompts), m):
-        chunk = prompts[k : k + m]
-        lens = [len(p) + int(r) for p, r in zip(chunk, response_lens[k : k + m])]
+    micro = max(1, micro_batch_rows)
+    for k in range(0, len(prompts), micro):
+        chunk = prompts[k : k + micro]
+        lens = [len(p) + int(r) for p, r in zip(chunk, response_lens[k : k + micro])]
         found = find_prefix_groups(chunk)
         total += sum(lens)
         rows += len(chunk)
