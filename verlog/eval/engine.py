@@ -17,6 +17,7 @@ from verlog.model_folder import ModelFolderError, has_weights, load_chat_tokeniz
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
 from verlog.sampling import SamplingConfig
+from verlog.vision import is_vision_model, vllm_mm_limits
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -116,9 +117,18 @@ tokens of the tiny test models; vLLM queues what does not fit)."""
 
 
 def vllm_engine_kwargs(
-    folder: Path, dtype: str, max_model_len: int, seed: int, on_gpu: bool, gpu_memory_utilization: float
+    folder: Path,
+    dtype: str,
+    max_model_len: int,
+    seed: int,
+    on_gpu: bool,
+    gpu_memory_utilization: float,
+    images_per_prompt: int = 1,
 ) -> dict[str, Any]:
     """The arguments of the evaluation's ``vllm.LLM``.
+
+    A vision-language model (``verlog.vision.is_vision_model``) gets ``limit_mm_per_prompt``: ``images_per_prompt``
+    images, no videos.
 
     On CPU the KV cache is sized explicitly (:data:`CPU_KV_CACHE_GIB`): left to vLLM, it reserves
     ``gpu_memory_utilization`` (0.92) of the machine's memory, and refuses to start while anything else, a training
@@ -131,6 +141,8 @@ def vllm_engine_kwargs(
         "max_model_len": int(max_model_len),
         "seed": int(seed),
     }
+    if is_vision_model(folder):
+        kwargs["limit_mm_per_prompt"] = vllm_mm_limits(images_per_prompt)
     if on_gpu:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     else:

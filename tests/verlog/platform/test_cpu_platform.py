@@ -51,6 +51,10 @@ def test_patch_targets_still_have_the_patched_code():
     cpu._require_source(model.load_valuehead_model, 'attn_implementation="flash_attention_2"', "valuehead")
     with pytest.raises(cpu.PlatformPatchError, match="no longer contains"):
         cpu._require_source(model.load_valuehead_model, "something verl never wrote", "valuehead")
+    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+
+    needle = "super().__init__(image_processor, tokenizer, video_processor"
+    cpu._require_source(Qwen2VLProcessor.__init__, needle, "Qwen2VLProcessor")
 
 
 @pytest.mark.slow
@@ -141,3 +145,40 @@ def test_inert_when_gpu_route_is_chosen():
         VERLOG_PLATFORM="gpu",
     )
     assert out == {"applied": [], "vh": False}
+
+
+@pytest.mark.slow
+def test_torchvision_shims_load_vllm_qwen2_vl_and_the_processor(tmp_path):
+    """Patches 9 and 10: without torchvision, vLLM's Qwen2-VL module imports and ``Qwen2VLProcessor`` loads the tiny
+    VLM's folder (images, no video processor); vLLM's registry subprocess boots through this module."""
+    folder = tmp_path / "vlm"
+    subprocess.run([sys.executable, "-m", "verlog", "tiny-model", "--vision", str(folder)], check=True)
+    out = _run(
+        f"""
+        import json
+        from verlog.platform import cpu
+        cpu.enable(force=True)
+        import numpy as np
+        import vllm.model_executor.models.qwen2_vl as qv
+        from vllm.model_executor.models import registry
+        from transformers import Qwen2VLProcessor
+        proc = Qwen2VLProcessor.from_pretrained({str(folder)!r})
+        enc = proc(text=["<|vision_start|><|image_pad|><|vision_end|>hi"], images=[np.zeros((56, 56, 3), np.uint8)])
+        # vLLM's model inspection in its registry subprocess (what runs on an empty vLLM cache)
+        lazy = registry._LazyRegisteredModel("vllm.model_executor.models.qwen2_vl", "Qwen2VLForConditionalGeneration")
+        info = registry._run_in_subprocess(lambda: registry._ModelInfo.from_model_cls(lazy.load_model_cls()))
+        print(json.dumps({{"inspected": info.supports_multimodal, "torchvision": not cpu.torchvision_missing(),
+                          "smart_resize": callable(qv.smart_resize),
+                          "boot": registry._SUBPROCESS_COMMAND[1:2] == ["-c"] and cpu.MODULE_NAME in
+                          registry._SUBPROCESS_COMMAND[2], "video": getattr(proc, "video_processor", None) is None,
+                          "image_tokens": int((np.array(enc["input_ids"][0]) == proc.image_token_id).sum())}}))
+        """
+    )
+    assert out == {
+        "inspected": True,
+        "torchvision": False,
+        "smart_resize": True,
+        "boot": True,
+        "video": True,
+        "image_tokens": 4,
+    }

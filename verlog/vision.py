@@ -1,0 +1,42 @@
+"""Facts about vision-language model folders that several parts of verlog need (docs/vision.md).
+
+A folder is a vision-language model when its ``config.json`` has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL and the
+tiny VLM of ``verlog tiny-model --vision``). Such a model's vLLM engine is started with
+:func:`vllm_mm_limits`: images per prompt as the run needs, videos 0 (no video processor without torchvision).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_model_config(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's ``config.json`` as a dict, or None when it has none (a hub name, a missing folder)."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_vision_model(folder: str | Path) -> bool:
+    """Whether the model in ``folder`` takes images (its config has a ``vision_config``)."""
+    config = read_model_config(folder)
+    return bool(config) and "vision_config" in config
+
+
+def vllm_mm_limits(images_per_prompt: int) -> dict[str, int]:
+    """vLLM's ``limit_mm_per_prompt`` for a VLM: ``images_per_prompt`` images (at least 1), no videos."""
+    return {"image": max(1, int(images_per_prompt)), "video": 0}
+
+
+def image_token_count(processor: Any, image: Any) -> int:
+    """Tokens the model spends on ``image`` ([H, W, 3] uint8): ``image_grid_thw.prod() // merge_size**2``."""
+    image_processor = getattr(processor, "image_processor", processor)
+    grid = image_processor(images=[image], return_tensors="np")["image_grid_thw"][0]
+    merge = int(getattr(image_processor, "merge_size", 2))
+    return int(grid.prod()) // (merge * merge)
