@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,11 +67,14 @@ class MemoryConfig:
         n: past turns shown in the prompt (n actions and n + 1 observations).
         keep_reasoning_turns: the newest this-many past turns show the full model output, older ones the action.
         answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone).
+        max_image_history: the newest this-many observations (the current one first) carry their image as a
+            ``{"type": "image"}`` chat part (BALROG's name); 0 = text only.
     """
 
     n: int = 1
     keep_reasoning_turns: int = 1
     answer_format: str = "cot"
+    max_image_history: int = 0
 
 
 @dataclass
@@ -107,6 +110,7 @@ class Turn:
     long_term: str
     response: str
     action: str
+    image: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -116,18 +120,21 @@ class BuiltPrompt:
     Attributes:
         messages: the chat messages that were rendered.
         token_ids: the prompt's token ids (chat template applied, generation prompt included).
-        num_tokens: ``len(token_ids)``.
+        num_tokens: ``len(token_ids)``, plus for each image its tokens beyond the one ``<|image_pad|>`` the chat
+            template writes (the processor expands it to ``image_grid_thw.prod() // merge_size**2``).
         turns_kept: how many past turns the prompt holds (fewer than the memory's when the budget dropped some).
         truncated_observation: whether the oldest kept observation was shortened to fit the budget.
         text: the rendered prompt text.
     """
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     token_ids: list[int]
     num_tokens: int
     turns_kept: int
     truncated_observation: bool
     text: str = field(default="", repr=False)
+    images: list[Any] = field(default_factory=list, repr=False)
+    """The images of the prompt's ``{"type": "image"}`` parts, in prompt order ([H, W, 3] uint8 each)."""
 
 
 class ChatTokenizer(Protocol):
@@ -150,24 +157,40 @@ class SlidingMemory:
         keep_reasoning_turns: the newest this-many past turns show the model's full output under ``plan_header``;
             older ones show only the executed action.
         template: wording of the prompt (default: Verlog's).
+        max_image_history: the newest this-many observations carry their image (0: text only).
+        image_tokens: tokens of one image (``verlog.vision.image_token_count``); needed to count prompts with images.
     """
 
-    def __init__(self, n: int = 1, keep_reasoning_turns: int = 1, template: PromptTemplate | None = None) -> None:
+    def __init__(
+        self,
+        n: int = 1,
+        keep_reasoning_turns: int = 1,
+        template: PromptTemplate | None = None,
+        max_image_history: int = 0,
+        image_tokens: Callable[[Any], int] | None = None,
+    ) -> None:
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"memory n must be an integer >= 0 (past turns shown), got {n!r}")
         if not isinstance(keep_reasoning_turns, int) or keep_reasoning_turns < 0:
             raise ValueError(f"keep_reasoning_turns must be an integer >= 0, got {keep_reasoning_turns!r}")
+        if not isinstance(max_image_history, int) or max_image_history < 0:
+            raise ValueError(f"memory.max_image_history must be an integer >= 0, got {max_image_history!r}")
+        self.max_image_history = max_image_history
+        self.image_tokens = image_tokens
         self.n = n
         self.keep_reasoning_turns = keep_reasoning_turns
         self.template = template if template is not None else PromptTemplate()
         self._instruction: str | None = None
         self._history: deque[Turn] = deque(maxlen=n)
         self._current: tuple[str, str] | None = None
+        self._current_image: Any = None
         self._recorded: tuple[str, str] | None = None
         self._turn_index = -1
 
     @classmethod
-    def from_config(cls, config: MemoryConfig | None = None) -> SlidingMemory:
+    def from_config(
+        cls, config: MemoryConfig | None = None, image_tokens: Callable[[Any], int] | None = None
+    ) -> SlidingMemory:
         """A memory laid out by ``config`` (default: :class:`MemoryConfig`'s, Verlog's): its ``n``, its
         ``keep_reasoning_turns`` and the prompt wording of its ``answer_format``. Every memory built from settings is
         built here."""
@@ -176,6 +199,8 @@ class SlidingMemory:
             n=config.n,
             keep_reasoning_turns=config.keep_reasoning_turns,
             template=PromptTemplate.for_answer_format(config.answer_format),
+            max_image_history=config.max_image_history,
+            image_tokens=image_tokens,
         )
 
     # ------------------------------------------------------------------ episode events
@@ -184,6 +209,7 @@ class SlidingMemory:
         self._instruction = instruction
         self._history.clear()
         self._current = None
+        self._current_image = None
         self._recorded = None
         self._turn_index = -1
 
@@ -191,8 +217,9 @@ class SlidingMemory:
         """Replace the instruction (Crafter rebuilds it every step with the remaining achievements)."""
         self._instruction = instruction
 
-    def observe(self, long_term: str, short_term: str = "") -> None:
-        """Set the current observation; the previous one (with its recorded output) moves into history."""
+    def observe(self, long_term: str, short_term: str = "", image: Any = None) -> None:
+        """Set the current observation; the previous one (with its recorded output) moves into history. ``image``
+        ([H, W, 3] uint8 or None) is kept only when ``max_image_history`` > 0."""
         if self._instruction is None:
             raise MemoryUsageError("SlidingMemory.observe() before reset(instruction): call reset() at episode start")
         if self._current is not None:
@@ -202,8 +229,9 @@ class SlidingMemory:
                     "executed action of each turn before the next observation"
                 )
             response, action = self._recorded
-            self._history.append(Turn(self._current[0], response, action))
+            self._history.append(Turn(self._current[0], response, action, self._current_image))
         self._current = (long_term, short_term)
+        self._current_image = image if self.max_image_history > 0 else None
         self._recorded = None
         self._turn_index += 1
 
@@ -239,7 +267,7 @@ class SlidingMemory:
         """Index of the current turn in the episode (0 after the first ``observe``; -1 before it)."""
         return self._turn_index
 
-    def messages(self) -> list[dict[str, str]]:
+    def messages(self) -> list[dict[str, Any]]:
         """The chat messages of the current turn's prompt, with all remembered turns."""
         return self._messages(len(self._history), None)
 
@@ -316,18 +344,31 @@ class SlidingMemory:
         self._history = deque(history, maxlen=self.n)
 
     # ------------------------------------------------------------------ internals
-    def _messages(self, turns: int, shortened: str | None) -> list[dict[str, str]]:
+    def _messages(self, turns: int, shortened: str | None) -> list[dict[str, Any]]:
         """Messages with the newest ``turns`` past turns; ``shortened`` replaces the oldest kept observation."""
+        return self._messages_and_images(turns, shortened)[0]
+
+    def _with_image(self, text: str, image: Any, age: int, images: list[Any]) -> str | list[dict[str, str]]:
+        """``text``, or an image part then ``text`` when the observation ``age`` turns old (0 = current) carries its
+        image (``age < max_image_history``)."""
+        if image is None or age >= self.max_image_history:
+            return text
+        images.append(image)
+        return [{"type": "image"}, {"type": "text", "text": text}]
+
+    def _messages_and_images(self, turns: int, shortened: str | None) -> tuple[list[dict[str, Any]], list[Any]]:
         if self._instruction is None or self._current is None:
             raise MemoryUsageError("no current observation: call reset(instruction) and observe() first")
         tpl = self.template
-        out = [{"role": tpl.instruction_role, "content": self._instruction}]
+        images: list[Any] = []
+        out: list[dict[str, Any]] = [{"role": tpl.instruction_role, "content": self._instruction}]
         history = list(self._history)
         kept = history[len(history) - turns :] if turns else []
         for i, turn in enumerate(kept):
             age = len(kept) - i  # 1 = the previous turn
             obs = shortened if (i == 0 and shortened is not None) else turn.long_term
-            out.append({"role": "user", "content": tpl.observation_header + obs})
+            content = self._with_image(tpl.observation_header + obs, turn.image, age, images)
+            out.append({"role": "user", "content": content})
             if age <= self.keep_reasoning_turns:
                 out.append({"role": "assistant", "content": tpl.plan_header + turn.response})
             else:
@@ -336,14 +377,21 @@ class SlidingMemory:
         current = tpl.current_header + (f"{short_term}\n{long_term}" if short_term else long_term)
         if tpl.format_instruction:
             current += "\n\n" + tpl.format_instruction
-        out.append({"role": "user", "content": current})
-        return out
+        out.append({"role": "user", "content": self._with_image(current, self._current_image, 0, images)})
+        return out, images
 
     def _render(self, tokenizer: ChatTokenizer, turns: int, shortened: str | None) -> BuiltPrompt:
-        messages = self._messages(turns, shortened)
+        messages, images = self._messages_and_images(turns, shortened)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = _encoder_for(tokenizer).encode(text)
-        return BuiltPrompt(messages, ids, len(ids), turns, shortened is not None, text)
+        extra = 0
+        if images:
+            if self.image_tokens is None:
+                raise MemoryUsageError(
+                    "a prompt with images needs image_tokens (the processor's count per image) to count its tokens"
+                )
+            extra = sum(int(self.image_tokens(image)) - 1 for image in images)
+        return BuiltPrompt(messages, ids, len(ids) + extra, turns, shortened is not None, text, images)
 
     def _shorten_newest(self, tokenizer: ChatTokenizer, budget: int) -> BuiltPrompt | None:
         """The newest turn alone, its observation cut to the longest prefix that fits; None if nothing fits."""
@@ -364,9 +412,12 @@ class SlidingMemory:
         long_term, short_term = self._current or ("", "")
         instruction = len(tokenizer.encode(self._instruction or "", add_special_tokens=False))
         observation = len(tokenizer.encode(f"{short_term}\n{long_term}", add_special_tokens=False))
+        image = ""
+        if self._current_image is not None and self.max_image_history > 0 and self.image_tokens is not None:
+            image = f"current image {int(self.image_tokens(self._current_image))} tokens + "
         return PromptTooLongError(
             f"the smallest prompt (instruction {instruction} tokens + current observation {observation} tokens + "
-            f"chat template and format instruction) is {minimal} tokens, over max_prompt_tokens = {budget}: raise "
+            f"{image}chat template and format instruction) is {minimal} tokens, over max_prompt_tokens = {budget}: raise "
             f"max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now {self.n}) "
             "does not help, the instruction and current observation are never cut"
         )

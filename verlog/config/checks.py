@@ -162,6 +162,7 @@ def _rules() -> list[Rule]:
         ("rollout.max_lag", at_least_1, "policy versions a row of async_mode=in_flight may lag"),
         ("memory.n", at_least_0, "past turns in the prompt"),
         ("memory.keep_reasoning_turns", at_least_0, "past turns shown with their reasoning"),
+        ("memory.max_image_history", at_least_0, "newest observations shown with their image; 0 = text only"),
         ("sampling.temperature", non_negative, "0 is greedy"),
         ("sampling.top_p", ("in (0, 1]", lambda v: 0.0 < v <= 1.0), "1 switches nucleus sampling off"),
         ("sampling.top_k", ("-1, 0 (off) or an integer >= 1", lambda v: v >= -1), "-1 switches it off"),

@@ -56,6 +56,8 @@ def build_rollout(
             ``rollout.async_mode=pipeline``), else None (lockstep).
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
+    if memory.max_image_history > 0:  # observations carry their image into the prompt (docs/vision.md)
+        env_kwargs = {**env_kwargs, "images": True}
     pool_env_id, pool_kwargs, task_curriculum = _pool_env(env_id, env_kwargs, tasks, curriculum, frames, seed)
     pool = make_env_pool(
         pool_env_id,
@@ -66,7 +68,7 @@ def build_rollout(
         backend=backend,
         ray_options=ray_options,
         seed=seed,
-        keep_images=frames,
+        keep_images=frames or memory.max_image_history > 0,
     )
     try:
         return RolloutManager(
