@@ -417,8 +417,9 @@ class SlidingMemory:
             image = f"current image {int(self.image_tokens(self._current_image))} tokens + "
         return PromptTooLongError(
             f"the smallest prompt (instruction {instruction} tokens + current observation {observation} tokens + "
-            f"{image}chat template and format instruction) is {minimal} tokens, over max_prompt_tokens = {budget}: raise "
-            f"max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now {self.n}) "
+            f"{image}chat template and format instruction) is {minimal} tokens, over max_prompt_tokens = {budget}: "
+            f"raise max_prompt_tokens (the prompt length setting) to at least {minimal}; lowering memory.n (now "
+            f"{self.n}) "
             "does not help, the instruction and current observation are never cut"
         )
 

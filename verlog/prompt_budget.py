@@ -47,7 +47,8 @@ def budget_problem(
             image = f", of which {int(image_tokens(built.images[0]))} for its image"
         return (
             f"{budget} tokens do not hold the first prompt of {env_id} (its instruction, first observation and the "
-            f"format instruction: {need} tokens{image}, counted with {counted}): raise {option} to at least {need}, better "
+            f"format instruction: {need} tokens{image}, counted with {counted}): raise {option} to at least {need}, "
+            "better "
             f"{2 ** math.ceil(math.log2(need * 2))} to leave room for the history"
         )
     return None
