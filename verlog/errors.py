@@ -30,3 +30,8 @@ class GeneratorDownError(RunFault):
 
 class EngineStartError(RunFault):
     """The inference engine did not start; its own log, printed above this line, names the cause."""
+
+
+class ImageSetupError(VerlogError, ValueError):
+    """Images in the prompt (``memory.max_image_history`` > 0) cannot be set up: a text-only model, an env without
+    images, or a processor that cannot be loaded (docs/vision.md)."""

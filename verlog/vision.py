@@ -40,3 +40,34 @@ def image_token_count(processor: Any, image: Any) -> int:
     grid = image_processor(images=[image], return_tensors="np")["image_grid_thw"][0]
     merge = int(getattr(image_processor, "merge_size", 2))
     return int(grid.prod()) // (merge * merge)
+
+
+def text_only_model_problem(path: str, build_tiny: bool) -> str | None:
+    """Why the model at ``path`` cannot take images (a folder without ``vision_config``, or a tiny text model that
+    ``model.build_tiny`` would build), or None (a vision-language folder, or a name not on disk)."""
+    folder = Path(path).expanduser()
+    fix = "use a vision-language model (verlog tiny-model --vision OUT, Qwen2.5-VL) or set memory.max_image_history=0"
+    if (folder / "config.json").is_file():
+        if is_vision_model(folder):
+            return None
+        return f"{folder} is a text-only model (its config.json has no vision_config): {fix}"
+    if build_tiny and not folder.exists():
+        return f"model.build_tiny would build a text-only tiny model at {folder}: {fix}"
+    return None
+
+
+def load_vision_processor(path: str | Path) -> Any:
+    """The image processor and tokenizer of the vision-language model at ``path`` (Qwen2-VL family), without a video
+    processor (:func:`verlog.tiny_vlm.load_tiny_vlm_processor`); :class:`verlog.errors.ImageSetupError` when it
+    cannot be loaded."""
+    from verlog.errors import ImageSetupError
+    from verlog.tiny_vlm import load_tiny_vlm_processor
+
+    try:
+        return load_tiny_vlm_processor(Path(path).expanduser())
+    except Exception as exc:  # missing files, a processor of another family, a hub name not downloaded
+        first = (str(exc).splitlines() or [""])[0].split(". ")[0][:160]
+        raise ImageSetupError(
+            f"the image processor of {path} cannot be loaded ({type(exc).__name__}: {first}): give model.path a "
+            "Qwen2-VL-family folder with its preprocessor_config.json and tokenizer, or set memory.max_image_history=0"
+        ) from None

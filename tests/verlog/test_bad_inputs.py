@@ -141,6 +141,20 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("train-bool", ["train", "--dry-run", "env.kwargs.binary_reward=maybe"], "takes binary_reward: bool"),
     ("train-own-error", ["train", "--dry-run", "env=custom", "env.id=badin/broken", "--import", "bad_envs"],
      "this is the env's own error"),
+    ("train-images-negative", ["train", "--dry-run", "memory.max_image_history=-1"],
+     "memory.max_image_history: -1 must be an integer >= 0"),
+    ("train-images-text-model", ["train", "--dry-run", MODEL[0], MODEL[1].format("ok"), "memory.max_image_history=1"],
+     "is a text-only model (its config.json has no vision_config): use a vision-language model"),
+    ("train-images-env", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"), "memory.max_image_history=1",
+                          "env=custom", "env.id=toy/delayed"],
+     "env 'toy/delayed' draws no images (its provides_images is False): use an env with images"),
+    ("train-images-processor", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm_noproc"),
+                                "memory.max_image_history=1"],
+     "the image processor of models/vlm_noproc cannot be loaded"),
+    ("train-images-budget", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"), "memory.max_image_history=1",
+                             "rollout.max_prompt_tokens=20"], "tokens, of which 16 for its image"),
+    ("tiny-vision-warm", ["tiny-model", "vlm_out", "--vision", "--warm-start", "toy/delayed"],
+     "--warm-start is not available with --vision yet: build the model without it"),
     ("sft-no-config", ["sft"], "no SFT config and no settings given: verlog sft needs an SFT YAML"),
     ("sft-dry-run-bad-data", ["sft", "--dry-run", "data.train=no_answer.parquet", "model.build_tiny=true",
                               "model.path=sft/base-model", "output_dir=sft"],
@@ -158,6 +172,11 @@ def world(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("ok", "base", "truncated", "no_weights", "short"):
         shutil.copytree(tiny_model, models / name)
     (models / "base" / "chat_template.jinja").unlink()
+    from verlog.tiny_vlm import build_tiny_vlm
+
+    build_tiny_vlm(models / "vlm")
+    shutil.copytree(models / "vlm", models / "vlm_noproc")
+    (models / "vlm_noproc" / "preprocessor_config.json").unlink()
     config = (tiny_model / "config.json").read_text()
     (models / "truncated" / "config.json").write_text(config[: len(config) // 2])
     (models / "no_weights" / "model.safetensors").unlink()

@@ -13,6 +13,7 @@ rollout checks each real prompt and raises ``PromptTooLongError`` if one does no
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -57,6 +58,8 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
     problems += check_verl_section(typed)
     problems += check_model(typed)
     problems += check_lora(typed)
+    if typed.memory.max_image_history > 0 and "memory.max_image_history" not in bad:
+        problems += check_images(typed)
     problems += check_resume(typed)
     if not any(p.key == "checkpoint.resume" for p in problems):
         problems += check_resume_state(typed)
@@ -78,7 +81,7 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
     """``env.imports`` import, then each env the slots will play (``env.id``, or every family of ``env.tasks``)
     resolves, builds with ``env.kwargs`` (less the keys in ``drop``; a family's own kwargs over them) and resets;
     with ``budget``, its instruction and first observation fit the prompt budget (:func:`check_prompt_budget`)."""
-    from envs.errors import EnvError, EnvImportError
+    from envs.errors import EnvError, EnvImageError, EnvImportError
     from envs.registry import build_env, check_env_id, import_modules
     from verlog.curriculum import CurriculumSettingsError, parse_task_families
 
@@ -87,6 +90,8 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
     except EnvImportError as exc:
         return [Problem("env.imports", f"env.imports: {exc}")]
     shared = {k: v for k, v in cfg.env.kwargs.items() if k not in drop}
+    if cfg.memory.max_image_history > 0:  # the rollout builds its envs with images (verlog/rollout/build.py)
+        shared["images"] = True
     if cfg.env.tasks:  # multi-task: the families' envs (env.id is not built)
         try:
             families = parse_task_families(cfg.env.tasks)
@@ -105,6 +110,9 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
             check_env_id(env_id, key)
             env = build_env(env_id, kwargs, f"{key} (with env.kwargs)" if label else "env.kwargs", seed=cfg.seed)
         except EnvError as exc:
+            if "images" in shared and (isinstance(exc, EnvImageError) or "EnvImageError" in str(exc)):
+                problems.append(_no_images_problem(label, env_id))  # build_env names the env's refusal in its text
+                continue
             problems.append(_env_build_problem(cfg, key, label, exc))
             continue
         try:
@@ -133,6 +141,47 @@ def _step_limit(
     source = f"{env_id}'s own step limit (max_steps)" if given is None else f"{key}.kwargs.max_steps"
     problem = step_limit_problem(cfg, getattr(env, "max_steps", None), source)
     return [] if problem is None else [problem]
+
+
+def _no_images_problem(label: str, env_id: str) -> Problem:
+    return Problem(
+        "memory.max_image_history",
+        f"memory.max_image_history: {label}env {env_id!r} draws no images (its provides_images is False): use an env "
+        "with images (babyai, crafter, babaisai, toy/visual; docs/adding-an-env.md, Images) or set "
+        "memory.max_image_history=0",
+    )
+
+
+def check_images(cfg: TrainConfig) -> list[Problem]:
+    """``memory.max_image_history`` > 0: the model is a vision-language model whose processor loads."""
+    from verlog.errors import ImageSetupError
+    from verlog.vision import load_vision_processor, text_only_model_problem
+
+    key = "memory.max_image_history"
+    problem = text_only_model_problem(cfg.model.path, cfg.model.build_tiny)
+    if problem is not None:
+        return [Problem(key, f"{key}: {problem}")]
+    try:
+        load_vision_processor(cfg.model.path)
+    except ImageSetupError as exc:
+        return [Problem(key, f"{key}: {exc}")]
+    return []
+
+
+def _image_tokens(cfg: TrainConfig) -> Any:
+    """Tokens per image (the model's processor), or None: text only, or a processor that cannot load (reported by
+    :func:`check_images`)."""
+    if cfg.memory.max_image_history <= 0:
+        return None
+    from verlog.errors import ImageSetupError
+    from verlog.vision import image_token_count, is_vision_model, load_vision_processor
+
+    if not is_vision_model(Path(cfg.model.path).expanduser()):
+        return None
+    try:
+        return functools.partial(image_token_count, load_vision_processor(cfg.model.path))
+    except ImageSetupError:
+        return None
 
 
 def _env_build_problem(cfg: TrainConfig, key: str, label: str, exc: Exception) -> Problem:
@@ -184,7 +233,9 @@ def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
     tokenizer, counted = budget_tokenizer(cfg)
     option = "rollout.max_prompt_tokens"
     budget = cfg.rollout.max_prompt_tokens
-    problem = budget_problem(env, str(cfg.env.id), tokenizer, cfg.memory, budget, option, counted, seed=cfg.seed)
+    image_tokens = _image_tokens(cfg)
+    memory = cfg.memory if image_tokens is not None else dataclasses.replace(cfg.memory, max_image_history=0)
+    problem = budget_problem(env, str(cfg.env.id), tokenizer, memory, budget, option, counted, cfg.seed, image_tokens)
     return [] if problem is None else [Problem(option, problem)]
 
 
