@@ -11,6 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+ROLLOUT_SENDS_IMAGES = False
+"""Whether training's rollout sends each turn's images to the model (not yet: issue 35, docs/vision.md, Next). Until
+it does, ``memory.max_image_history`` > 0 is refused at launch (:data:`NOT_SENT_YET`) rather than run as text only."""
+
+NOT_SENT_YET = (
+    "memory.max_image_history > 0: training's rollout does not send images to the model yet (issue 35, "
+    "docs/vision.md, Next): set memory.max_image_history=0 to train on text"
+)
+
 
 def read_model_config(folder: str | Path) -> dict[str, Any] | None:
     """The folder's ``config.json`` as a dict, or None when it has none (a hub name, a missing folder)."""

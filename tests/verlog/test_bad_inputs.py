@@ -151,6 +151,8 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("train-images-processor", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm_noproc"),
                                 "memory.max_image_history=1"],
      "the image processor of models/vlm_noproc cannot be loaded"),
+    ("train-images-not-sent-yet", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"),
+                                   "memory.max_image_history=1"], "does not send images to the model yet"),
     ("train-images-budget", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"), "memory.max_image_history=1",
                              "rollout.max_prompt_tokens=20"], "tokens, of which 16 for its image"),
     ("tiny-vision-warm", ["tiny-model", "vlm_out", "--vision", "--warm-start", "toy/delayed"],

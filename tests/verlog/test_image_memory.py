@@ -99,3 +99,24 @@ def test_an_image_that_cannot_fit_is_named_before_launch(processor) -> None:
 def test_negative_max_image_history_is_refused() -> None:
     with pytest.raises(ValueError, match="max_image_history"):
         SlidingMemory(max_image_history=-1)
+
+
+def test_images_switch_the_env_and_the_pool_on_and_the_rollout_refuses_them_until_it_sends_them() -> None:
+    from verlog.errors import ImageSetupError
+    from verlog.rollout.build import build_rollout, image_pool_settings
+
+    assert image_pool_settings({"a": 1}, MemoryConfig(), False) == ({"a": 1}, False)
+    assert image_pool_settings({"a": 1}, MemoryConfig(), True) == ({"a": 1}, True)
+    assert image_pool_settings({"a": 1}, MemoryConfig(max_image_history=2), False) == ({"a": 1, "images": True}, True)
+    with pytest.raises(ImageSetupError, match="does not send images to the model yet"):
+        build_rollout(
+            env_id="toy/visual",
+            env_kwargs={},
+            tasks=None,
+            num_slots=1,
+            tokenizer=None,
+            generator=None,  # type: ignore[arg-type]
+            sampling=None,
+            memory=MemoryConfig(max_image_history=1),
+            max_prompt_tokens=512,  # type: ignore[arg-type]
+        )

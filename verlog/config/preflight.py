@@ -72,6 +72,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
         problems += env_problems
         if not env_problems and not drop and not any(k.startswith(("evaluation", "seed", "iterations")) for k in bad):
             problems += check_evaluation(typed)
+    problems += _images_not_sent_yet(typed, problems)
     raise_if(problems)
     return typed
 
@@ -166,6 +167,15 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
     except ImageSetupError as exc:
         return [Problem(key, f"{key}: {exc}")]
     return []
+
+
+def _images_not_sent_yet(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
+    """An image setting that passes every check is still refused until the rollout sends images (one line)."""
+    from verlog.vision import NOT_SENT_YET, ROLLOUT_SENDS_IMAGES
+
+    if cfg.memory.max_image_history <= 0 or ROLLOUT_SENDS_IMAGES or problems:
+        return []
+    return [Problem("memory.max_image_history", NOT_SENT_YET)]
 
 
 def _image_tokens(cfg: TrainConfig) -> Any:

@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from verlog.curriculum import CurriculumConfig, TaskCurriculum, family_weights, parse_task_families
+from verlog.errors import ImageSetupError
 from verlog.memory import MemoryConfig, SlidingMemory
 from verlog.rollout.generator import Generator
 from verlog.rollout.manager import RolloutManager, make_env_pool
 from verlog.sampling import SamplingConfig
 from verlog.tapes import frame_env_kwargs
+from verlog.vision import NOT_SENT_YET, ROLLOUT_SENDS_IMAGES
 
 
 def build_rollout(
@@ -56,8 +58,9 @@ def build_rollout(
             ``rollout.async_mode=pipeline``), else None (lockstep).
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
-    if memory.max_image_history > 0:  # observations carry their image into the prompt (docs/vision.md)
-        env_kwargs = {**env_kwargs, "images": True}
+    if memory.max_image_history > 0 and not ROLLOUT_SENDS_IMAGES:
+        raise ImageSetupError(NOT_SENT_YET)
+    env_kwargs, keep_images = image_pool_settings(env_kwargs, memory, frames)
     pool_env_id, pool_kwargs, task_curriculum = _pool_env(env_id, env_kwargs, tasks, curriculum, frames, seed)
     pool = make_env_pool(
         pool_env_id,
@@ -68,7 +71,7 @@ def build_rollout(
         backend=backend,
         ray_options=ray_options,
         seed=seed,
-        keep_images=frames or memory.max_image_history > 0,
+        keep_images=keep_images,
     )
     try:
         return RolloutManager(
@@ -88,6 +91,16 @@ def build_rollout(
     except BaseException:  # settings the manager refuses: stop the pool's workers before the error goes up
         pool.close()
         raise
+
+
+def image_pool_settings(
+    env_kwargs: Mapping[str, Any], memory: MemoryConfig, frames: bool
+) -> tuple[dict[str, Any], bool]:
+    """The env kwargs and the pool's ``keep_images``: with ``memory.max_image_history`` > 0 the envs draw images
+    (``images=True``) and the pool carries them to the memory; tapes (``frames``) keep them too."""
+    if memory.max_image_history > 0:
+        return {**env_kwargs, "images": True}, True
+    return dict(env_kwargs), frames
 
 
 def _pool_env(
