@@ -45,6 +45,12 @@ def _run(rows, next_row, next_value, terminated, **discounts):
     )
 
 
+def numpy_gae(rewards, values, mask, next_row, next_value, terminated, tg, tl, sg, sl):
+    """:func:`dual_discount_gae` on numpy arrays, with the discounts in :func:`reference_gae`'s order."""
+    tensors = (torch.from_numpy(x) for x in (rewards, values, mask, next_row, next_value, terminated))
+    return dual_discount_gae(*tensors, token_gamma=tg, token_lam=tl, step_gamma=sg, step_lam=sl)
+
+
 def test_two_turns_with_termination():
     adv, ret = _run([0, 1], [1, -1], [0.0, 123.0], [False, True])
     # turn 1: deltas 0.1, 0.1, 1 - 1.0 = 0 -> A = 0.2, 0.1, 0; turn 0 last: 0.9 * 0.8 - 0.7 + 0.9 * 0.5 * 0.2 = 0.11
@@ -126,31 +132,24 @@ def random_batch(seed: int, episodes: int, width: int, holes: bool):
     return rewards, values, mask, next_row, next_value, terminated
 
 
+BATCH_AND_DISCOUNTS = {
+    "seed": st.integers(0, 2**31 - 1),
+    "episodes": st.integers(1, 8),
+    "width": st.integers(1, 9),
+    "holes": st.booleans(),
+    "tg": st.sampled_from([1.0, 0.97, 0.5]),
+    "tl": st.sampled_from([1.0, 0.9, 0.0]),
+    "sg": st.sampled_from([0.99, 0.5, 1.0]),
+    "sl": st.sampled_from([0.95, 1.0, 0.0]),
+}
+"""Hypothesis strategies of a :func:`random_batch` (seed, episodes, width, holes) and the four discounts."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    episodes=st.integers(1, 8),
-    width=st.integers(1, 9),
-    holes=st.booleans(),
-    tg=st.sampled_from([1.0, 0.97, 0.5]),
-    tl=st.sampled_from([1.0, 0.9, 0.0]),
-    sg=st.sampled_from([0.99, 0.5, 1.0]),
-    sl=st.sampled_from([0.95, 1.0, 0.0]),
-)
+@given(**BATCH_AND_DISCOUNTS)
 def test_matches_nested_loop_reference(seed, episodes, width, holes, tg, tl, sg, sl):
     rewards, values, mask, next_row, next_value, terminated = random_batch(seed, episodes, width, holes)
-    adv, ret = dual_discount_gae(
-        torch.from_numpy(rewards),
-        torch.from_numpy(values),
-        torch.from_numpy(mask),
-        torch.from_numpy(next_row),
-        torch.from_numpy(next_value),
-        torch.from_numpy(terminated),
-        token_gamma=tg,
-        token_lam=tl,
-        step_gamma=sg,
-        step_lam=sl,
-    )
+    adv, ret = numpy_gae(rewards, values, mask, next_row, next_value, terminated, tg, tl, sg, sl)
     ref_adv, ref_ret = reference_gae(rewards, values, mask, next_row, next_value, terminated, tg, tl, sg, sl)
     np.testing.assert_allclose(adv.numpy(), ref_adv * mask, atol=2e-5, rtol=1e-5)
     np.testing.assert_allclose(ret.numpy(), ref_ret, atol=2e-5, rtol=1e-5)
@@ -194,18 +193,7 @@ def test_equals_verl_gae_on_turns_laid_end_to_end(gamma, lam):
     verl_adv, verl_ret = compute_gae_advantage_return(
         torch.from_numpy(fr), torch.from_numpy(fv), torch.from_numpy(fm), gamma=gamma, lam=lam
     )
-    adv, ret = dual_discount_gae(
-        torch.from_numpy(tr),
-        torch.from_numpy(tv),
-        torch.from_numpy(tm),
-        torch.from_numpy(next_row),
-        torch.zeros(batch),
-        torch.from_numpy(terminated),
-        token_gamma=gamma,
-        token_lam=lam,
-        step_gamma=gamma,
-        step_lam=lam,
-    )
+    adv, ret = numpy_gae(tr, tv, tm, next_row, np.zeros(batch, np.float32), terminated, gamma, lam, gamma, lam)
     ours_whitened = masked_whiten(adv, torch.from_numpy(tm))
     for i, (e, vals, _, start) in enumerate(turn_rows):
         n = len(vals)
@@ -278,18 +266,7 @@ def test_long_episode_chain_is_exact():
     terminated = np.zeros(turns, dtype=bool)
     terminated[perm[-1]] = True
     mask = np.ones((turns, 1), dtype=np.int64)
-    adv, _ = dual_discount_gae(
-        torch.from_numpy(rewards),
-        torch.from_numpy(values),
-        torch.from_numpy(mask),
-        torch.from_numpy(next_row),
-        torch.zeros(turns),
-        torch.from_numpy(terminated),
-        token_gamma=1.0,
-        token_lam=1.0,
-        step_gamma=0.99,
-        step_lam=0.95,
-    )
+    adv, _ = numpy_gae(rewards, values, mask, next_row, np.zeros(turns, np.float32), terminated, 1.0, 1.0, 0.99, 0.95)
     ref, _ = reference_gae(rewards, values, mask, next_row, np.zeros(turns), terminated, 1.0, 1.0, 0.99, 0.95)
     np.testing.assert_allclose(adv.numpy(), ref, atol=1e-4, rtol=1e-5)
 

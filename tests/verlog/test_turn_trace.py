@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_advantage import random_batch
+from test_advantage import BATCH_AND_DISCOUNTS, random_batch
 
 from verlog import estimators
 from verlog.advantage import dual_discount_gae, reference_dual_discount_gae, turn_trace_weights
@@ -29,16 +29,7 @@ def _gae(batch, trace=None, **discounts):
 
 # ------------------------------------------------------------------ (a) c = 1 is the full trace, bit for bit
 @settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    episodes=st.integers(1, 8),
-    width=st.integers(1, 9),
-    holes=st.booleans(),
-    tg=st.sampled_from([1.0, 0.97, 0.5]),
-    tl=st.sampled_from([1.0, 0.9, 0.0]),
-    sg=st.sampled_from([0.99, 0.5, 1.0]),
-    sl=st.sampled_from([0.95, 1.0, 0.0]),
-)
+@given(**BATCH_AND_DISCOUNTS)
 def test_unit_trace_weights_are_the_full_trace_bit_for_bit(seed, episodes, width, holes, tg, tl, sg, sl):
     batch = random_batch(seed, episodes, width, holes)  # episodes over several rows, shuffled, bootstrap values
     d = {"token_gamma": tg, "token_lam": tl, "step_gamma": sg, "step_lam": sl}
