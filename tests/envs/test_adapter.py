@@ -23,6 +23,18 @@ def _lake(**kwargs) -> GymTextAdapter:
     return faulty_envs.frozen_lake_text(**kwargs)
 
 
+def _lake_with_own_limit(**kwargs) -> GymTextAdapter:
+    """FrozenLake whose own TimeLimit (2 steps) comes before the adapter's ``max_steps`` (10)."""
+    return GymTextAdapter(
+        gym.make("FrozenLake-v1", is_slippery=False, max_episode_steps=2),
+        describe=lambda obs, info: f"cell {obs}",
+        action_names=["left", "down", "right", "up"],
+        instruction="Reach the goal.",
+        max_steps=10,
+        **kwargs,
+    )
+
+
 def test_reaching_the_goal_terminates_with_success_and_progression() -> None:
     env = _lake()
     obs, info = env.reset(seed=0)
@@ -74,13 +86,7 @@ def test_max_steps_truncates_and_inner_time_limit_is_kept() -> None:
     results = [env.step("left") for _ in range(3)]
     assert [r[3] for r in results] == [False, False, True] and not any(r[2] for r in results)
     assert results[-1][4]["success"] is False
-    inner = GymTextAdapter(
-        gym.make("FrozenLake-v1", is_slippery=False, max_episode_steps=2),
-        describe=lambda obs, info: f"cell {obs}",
-        action_names=["left", "down", "right", "up"],
-        instruction="Reach the goal.",
-        max_steps=10,
-    )
+    inner = _lake_with_own_limit()
     assert inner.max_steps == 10
     inner.reset(seed=0)
     assert inner.step("left")[3] is False
@@ -192,14 +198,7 @@ def test_gymnasium_env_checker_accepts_the_adapter() -> None:
 
 
 def test_time_limit_terminate_applies_to_the_wrapped_envs_own_limit_too() -> None:
-    inner = GymTextAdapter(
-        gym.make("FrozenLake-v1", is_slippery=False, max_episode_steps=2),
-        describe=lambda obs, info: f"cell {obs}",
-        action_names=["left", "down", "right", "up"],
-        instruction="Cross the lake.",
-        max_steps=10,
-        time_limit="terminate",
-    )
+    inner = _lake_with_own_limit(time_limit="terminate")
     inner.reset(seed=0)
     inner.step("left")
     _, _, terminated, truncated, info = inner.step("left")

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from env_runs import play_actions
 from gymnasium.utils.env_checker import check_env
 
 import envs
@@ -258,12 +259,7 @@ def test_truncation_at_max_steps_override() -> None:
 def _continue_in_fresh_process(kind: str, state: bytes, actions: list[str]) -> list[tuple[str, float, bool]]:
     env = BabyAITextEnv(kind)
     env.set_state(state)
-    out = []
-    for a in actions:
-        obs, reward, terminated, truncated, _ = env.step(a)
-        out.append((obs.text, reward, terminated))
-        if terminated or truncated:
-            break
+    out = play_actions(env, actions)
     env.reset()  # the level's RNG was restored too: the next layout is the same
     out.append((env.mission, 0.0, False))
     return out
@@ -278,12 +274,7 @@ def test_state_round_trip_in_a_fresh_process() -> None:
         env.step(expert.next_action())
     state = env.get_state()
     actions = [str(a) for a in rng.choice(env.actions, size=50)]
-    expected = []
-    for a in actions:
-        obs, reward, terminated, truncated, _ = env.step(a)
-        expected.append((obs.text, reward, terminated))
-        if terminated or truncated:
-            break
+    expected = play_actions(env, actions)
     env.reset()
     expected.append((env.mission, 0.0, False))
     with mp.get_context("spawn").Pool(1) as pool:

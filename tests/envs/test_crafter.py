@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from env_runs import play_actions
 from gymnasium.utils.env_checker import check_env
 
 import envs
@@ -172,22 +173,13 @@ def test_rendering_does_not_change_the_game() -> None:
 def _continue_in_fresh_process(state: bytes, prefix: list[str], actions: list[str]) -> tuple[list, list]:
     """In a new process: continue from ``state``, and also replay the whole episode from its seed."""
 
-    def run(env: CrafterTextEnv) -> list[tuple[str, float, bool]]:
-        out = []
-        for a in actions:
-            obs, reward, terminated, truncated, _ = env.step(a)
-            out.append((obs.text, reward, terminated))
-            if terminated or truncated:
-                break
-        return out
-
     restored = CrafterTextEnv()
     restored.set_state(state)
     replayed = CrafterTextEnv()
     replayed.reset(seed=10)
     for a in prefix:
         replayed.step(a)
-    return run(restored), run(replayed)
+    return play_actions(restored, actions), play_actions(replayed, actions)
 
 
 def test_state_round_trip_in_a_fresh_process_for_250_steps() -> None:
@@ -198,12 +190,7 @@ def test_state_round_trip_in_a_fresh_process_for_250_steps() -> None:
         env.step(a)
     state = env.get_state()
     actions = _random_actions(250, seed=6)  # this random player survives all 250 steps (through the night)
-    expected = []
-    for a in actions:
-        obs, reward, terminated, truncated, _ = env.step(a)
-        expected.append((obs.text, reward, terminated))
-        if terminated or truncated:
-            break
+    expected = play_actions(env, actions)
     assert len(expected) == 250
     with mp.get_context("spawn").Pool(1) as pool:
         restored, replayed = pool.apply(_continue_in_fresh_process, (state, prefix, actions))
