@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.memory",
             "verlog.prompt_budget",
             "verlog.model_folder",
+            "verlog.vision",
             "verlog.output_folder",
             "verlog.sampling",
             "verlog.advantage",

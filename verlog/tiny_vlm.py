@@ -6,7 +6,7 @@ rotary positions) with its processor: Qwen2-VL's image processor (the PIL one, w
 locally trained tokenizer of :func:`verlog.testing.train_tokenizer` with Qwen2-VL's vision tokens added, and a chat
 template that puts ``<|vision_start|><|image_pad|><|vision_end|>`` where a message holds an image.
 
-:func:`load_tiny_vlm_processor` builds the processor from such a folder without a video processor: transformers'
+:func:`verlog.vision.load_tiny_vlm_processor` builds the processor from such a folder without a video processor: transformers'
 Qwen2-VL video processor needs torchvision, which this CPU stack cannot carry (docs/vision.md).
 
 Image tokens: an image of ``H x W`` pixels is resized to multiples of ``patch_size * merge_size`` (28) within
@@ -16,31 +16,16 @@ frame is 4 tokens and BabyAI's 112x112 agent view 16.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from verlog.vision import VISION_CHAT_TEMPLATE
+
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 """Qwen2-VL's vision special tokens, added to the tiny tokenizer."""
-
-VISION_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' or 'image' in part %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{{ '<|im_end|>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-"""ChatML as the tiny text model uses it, with Qwen2-VL's content lists: ``{"type": "image"}`` parts become the
-vision placeholder (the processor expands ``<|image_pad|>`` to the image's tokens), ``{"type": "text"}`` parts their
-text."""
 
 SPEC_FILE = "verlog_tiny_vlm.json"
 """The sizes the folder was built with (:class:`TinyVLMSpec`), beside the model."""
@@ -146,7 +131,7 @@ def build_tiny_vlm(path: str | os.PathLike, corpus: Any = None, spec: TinyVLMSpe
     """Write a tiny random-weight Qwen2-VL model, its tokenizer and its image processor to ``path``.
 
     Returns:
-        The folder: ``Qwen2VLForConditionalGeneration.from_pretrained`` loads the model, :func:`load_tiny_vlm_processor`
+        The folder: ``Qwen2VLForConditionalGeneration.from_pretrained`` loads the model, :func:`verlog.vision.load_tiny_vlm_processor`
         the processor (``AutoTokenizer`` the tokenizer alone).
     """
     import torch
@@ -171,38 +156,3 @@ def build_tiny_vlm(path: str | os.PathLike, corpus: Any = None, spec: TinyVLMSpe
     (out / "chat_template.jinja").write_text(VISION_CHAT_TEMPLATE)
     (out / SPEC_FILE).write_text(json.dumps(asdict(spec), indent=2) + "\n")
     return out
-
-
-def load_tiny_vlm_processor(path: str | os.PathLike) -> Any:
-    """The Qwen2-VL processor of a folder :func:`build_tiny_vlm` wrote (or any Qwen2-VL folder), with no video
-    processor: ``processor(text=..., images=[...])`` gives ``input_ids``, ``pixel_values`` ``[patches, 3*2*14*14]``
-    and ``image_grid_thw`` ``[images, 3]``."""
-    from transformers import AutoTokenizer
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    folder = os.fspath(path)
-    return image_only_processor_class()(
-        image_processor=Qwen2VLImageProcessorPil.from_pretrained(folder),
-        tokenizer=AutoTokenizer.from_pretrained(folder),
-        chat_template=VISION_CHAT_TEMPLATE,
-    )
-
-
-@functools.cache
-def image_only_processor_class() -> type:
-    """``Qwen2VLProcessor`` without its video processor (which needs torchvision): images and text only."""
-    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
-    from transformers.processing_utils import ProcessorMixin
-
-    class _ImageOnly(Qwen2VLProcessor):
-        """Qwen2VLProcessor without its video processor (which needs torchvision); images and text only."""
-
-        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None) -> None:
-            self.image_token = "<|image_pad|>"
-            self.video_token = "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    _ImageOnly.__name__ = _ImageOnly.__qualname__ = "ImageOnlyQwen2VLProcessor"
-    return _ImageOnly

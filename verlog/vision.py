@@ -7,7 +7,9 @@ tiny VLM of ``verlog tiny-model --vision``). Such a model's vLLM engine is start
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +69,9 @@ def text_only_model_problem(path: str, build_tiny: bool) -> str | None:
 
 def load_vision_processor(path: str | Path) -> Any:
     """The image processor and tokenizer of the vision-language model at ``path`` (Qwen2-VL family), without a video
-    processor (:func:`verlog.tiny_vlm.load_tiny_vlm_processor`); :class:`verlog.errors.ImageSetupError` when it
+    processor (:func:`load_tiny_vlm_processor`); :class:`verlog.errors.ImageSetupError` when it
     cannot be loaded."""
     from verlog.errors import ImageSetupError
-    from verlog.tiny_vlm import load_tiny_vlm_processor
 
     try:
         return load_tiny_vlm_processor(Path(path).expanduser())
@@ -80,3 +81,55 @@ def load_vision_processor(path: str | Path) -> Any:
             f"the image processor of {path} cannot be loaded ({type(exc).__name__}: {first}): give model.path a "
             "Qwen2-VL-family folder with its preprocessor_config.json and tokenizer, or set memory.max_image_history=0"
         ) from None
+
+
+VISION_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image' in part %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""ChatML as the tiny text model uses it, with Qwen2-VL's content lists: ``{"type": "image"}`` parts become the
+vision placeholder (the processor expands ``<|image_pad|>`` to the image's tokens), ``{"type": "text"}`` parts their
+text."""
+
+
+def load_tiny_vlm_processor(path: str | os.PathLike) -> Any:
+    """The Qwen2-VL processor of a folder :func:`build_tiny_vlm` wrote (or any Qwen2-VL folder), with no video
+    processor: ``processor(text=..., images=[...])`` gives ``input_ids``, ``pixel_values`` ``[patches, 3*2*14*14]``
+    and ``image_grid_thw`` ``[images, 3]``."""
+    from transformers import AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    folder = os.fspath(path)
+    return image_only_processor_class()(
+        image_processor=Qwen2VLImageProcessorPil.from_pretrained(folder),
+        tokenizer=AutoTokenizer.from_pretrained(folder),
+        chat_template=VISION_CHAT_TEMPLATE,
+    )
+
+
+@functools.cache
+def image_only_processor_class() -> type:
+    """``Qwen2VLProcessor`` without its video processor (which needs torchvision): images and text only."""
+    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class _ImageOnly(Qwen2VLProcessor):
+        """Qwen2VLProcessor without its video processor (which needs torchvision); images and text only."""
+
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None) -> None:
+            self.image_token = "<|image_pad|>"
+            self.video_token = "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    _ImageOnly.__name__ = _ImageOnly.__qualname__ = "ImageOnlyQwen2VLProcessor"
+    return _ImageOnly

@@ -26,7 +26,7 @@ def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def processor(vlm: Path):
-    from verlog.tiny_vlm import load_tiny_vlm_processor
+    from verlog.vision import load_tiny_vlm_processor
 
     return load_tiny_vlm_processor(vlm)
 

@@ -13,7 +13,7 @@ def test_tiny_model_vision_builds_a_model_that_runs_on_an_image(tmp_path: Path) 
     import torch
     from transformers import Qwen2VLForConditionalGeneration
 
-    from verlog.tiny_vlm import load_tiny_vlm_processor
+    from verlog.vision import load_tiny_vlm_processor
 
     out = tmp_path / "vlm"
     subprocess.run([sys.executable, "-m", "verlog", "tiny-model", "--vision", str(out)], check=True)
