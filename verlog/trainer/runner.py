@@ -44,13 +44,23 @@ def _platform_env(cfg: TrainConfig) -> None:
         from verlog.trainer.engines import ENGINES_MODULE, VENDOR, VENDOR_ENV
 
         # verl imports the engines' module in every process and builds its FSDP engines from the vendor's entries
-        modules = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-        os.environ["VERL_USE_EXTERNAL_MODULES"] = ",".join(
-            [*modules, ENGINES_MODULE] if ENGINES_MODULE not in modules else modules
-        )
+        _import_in_verl_processes(ENGINES_MODULE)
         os.environ[VENDOR_ENV] = VENDOR
     else:
         os.environ.pop("VERL_ENGINE_VENDOR", None)
+    from verlog.vision import is_vision_model
+
+    if is_vision_model(cfg.model.path):  # the critic on a VLM: verl's loader finds verlog's value model class
+        from verlog.trainer.value_model import VALUE_MODEL_MODULE
+
+        _import_in_verl_processes(VALUE_MODEL_MODULE)
+
+
+def _import_in_verl_processes(module: str) -> None:
+    """Have verl import ``module`` in every process that imports verl (``VERL_USE_EXTERNAL_MODULES``)."""
+    modules = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    if module not in modules:
+        os.environ["VERL_USE_EXTERNAL_MODULES"] = ",".join([*modules, module])
 
 
 def _tracker_env(cfg: TrainConfig) -> None:
