@@ -103,8 +103,9 @@ def _sweep(args: argparse.Namespace, space_path: str) -> int:
         check_trials,
         import_space_modules,
     )
-    from verlog.sweep.folder import check_folder, read_json
-    from verlog.sweep.space import load_space, sample_trials
+    from verlog.sweep.folder import check_folder, read_json, read_sweep
+    from verlog.sweep.space import sample_trials
+    from verlog.sweep.space_file import load_space
 
     if args.out is None:
         raise UsageError(
@@ -124,7 +125,8 @@ def _sweep(args: argparse.Namespace, space_path: str) -> int:
     check_trial_count(space)
     import_space_modules(space)
     check_space_keys(space)
-    trials = sample_trials(space)
+    # a resumed sweep runs the trials its folder lists, as they were drawn (docs/sweeps.md, "The trials")
+    trials = read_sweep(folder.root)[2] if resumed else sample_trials(space)
     run_dirs = {t.id: folder.run_dir(t.id) for t in trials}
     checked = check_trials(space, trials, run_dirs, say=lambda line: print(line, file=sys.stderr, flush=True))
     if args.dry_run:

@@ -29,7 +29,8 @@ from typing import Any
 
 from verlog.files import write_atomically
 from verlog.run_folder import RunFolder
-from verlog.sweep.space import SearchSpace, SweepSpaceError, Trial, parse_space
+from verlog.sweep.space import SearchSpace, SweepSpaceError, Trial
+from verlog.sweep.space_file import parse_space
 
 SWEEP_FORMAT = "verlog.sweep/1"
 FINAL_STATUSES = ("finished", "stopped")

@@ -1,39 +1,31 @@
-"""A sweep's search space: the YAML file of ``verlog sweep SPACE.yaml``, parsed and checked, and its trials sampled.
+"""A sweep's search space and its trials, drawn with Ray Tune's search-space primitives and variant generation.
 
-The file (docs/sweeps.md has a full example)::
+The space is read from its YAML file by :mod:`verlog.sweep.space_file` (docs/sweeps.md has the format). Each swept key
+(:class:`Param`) becomes Ray Tune's own primitive: ``tune.choice``, ``tune.uniform``, ``tune.loguniform``,
+``tune.randint`` for random sampling, ``tune.grid_search`` for a grid, and the trials are Ray's variants
+(:func:`ray.tune.search.variant_generator.generate_variants`, what ``tune.search.BasicVariantGenerator`` runs) with the
+random state ``numpy.random.default_rng(sampling.seed)``: the same space gives the same trials. verlog adds what
+Ray's generator does not do, each for a reason docs/sweeps.md gives:
 
-    base:                       # verlog train overrides every trial shares: key: value (or a list of key=value)
-      env: toy_delayed
-      iterations: 12
-    params:                     # the hyperparameters swept, each a dotted key of verlog train's config
-      algorithm.actor_lr: {loguniform: [1.0e-4, 1.0e-3]}
-      algorithm.critic_warmup: [0, 1, 2]          # a list is a choice
-      algorithm.token_lam: {uniform: [0.9, 1.0], points: 3}   # points: the values a grid takes
-      algorithm.gigpo_omega: {uniform: [0.5, 1.5], when: {algorithm.estimator: gigpo}}  # a conditional key
-    sampling: {method: random, trials: 24, seed: 0, seeds: [0]}
-    objective: {metric: eval/success, mode: max}
-    scheduler: {kind: asha, grace_period: 4}    # optional early stopping (asha or median)
-    eval: {episodes: 32}                         # optional `verlog eval` of each trained model
-    parallel: 1                                  # trials at once
+- a conditional key (``when:``) is unset where its condition fails (Ray sets every key of every variant): a random
+  draw sets every key, then the inactive ones are removed; a grid nests a conditional key's ``grid_search`` in the
+  branches of the key its condition names (Ray's nested grid), so the grid holds only the active keys;
+- sampled floats are rounded to :data:`SIGNIFICANT_DIGITS` significant digits (readable overrides, stable labels);
+- the training seeds are a ``grid_search`` over ``seed`` with ``constant_grid_search`` (each drawn configuration
+  runs once per seed), then numbered per configuration (trial ids ``007-s1``).
 
-:func:`load_space` reads and checks the file's shape (every problem names the key and the fix, before anything
-starts); the keys themselves are checked against verlog train's config by :mod:`verlog.sweep.checks`.
-:func:`sample_trials` draws the trials: random sampling with ``numpy.random.default_rng(sampling.seed)`` (floats
-rounded to 3 significant digits), or the full grid; a conditional key is set only in trials whose other keys meet its
-``when``. Everything here is pure: no config, no Ray.
+The trial list is drawn once, checked and printed (``--dry-run``) before anything starts, and kept in the sweep
+folder: a resumed sweep runs the trials its folder lists (:mod:`verlog.sweep.folder`), whatever Ray's version.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
-import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +37,7 @@ PARAM_KINDS = ("choice", "uniform", "loguniform", "int")
 METHODS = ("random", "grid")
 SCHEDULERS = ("asha", "median")
 MODES = ("max", "min")
+SCHEDULER_KEYS = ("kind", "metric", "grace_period", "reduction_factor", "min_samples_required")
 SWEEP_OWNED_KEYS = ("output_dir", "checkpoint.resume")
 """Keys the sweep sets for each trial (its own folder, resumed after a kill): a space may not set them."""
 EVAL_METRIC_PREFIX = "verlog_eval/"
@@ -52,25 +45,10 @@ EVAL_METRIC_PREFIX = "verlog_eval/"
 EVAL_FIELDS = ("success_rate", "mean_return", "progression_percentage", "valid_action_rate", "average_steps")
 SIGNIFICANT_DIGITS = 3
 """Sampled floats are rounded to this many significant digits (readable overrides, stable labels)."""
-
-_TOP_LEVEL = (
-    "name",
-    "base",
-    "params",
-    "sampling",
-    "objective",
-    "scheduler",
-    "eval",
-    "parallel",
-    "config_dir",
-    "imports",
-)
-_SAMPLING_KEYS = ("method", "trials", "seed", "seeds")
-_OBJECTIVE_KEYS = ("metric", "mode")
-_SCHEDULER_KEYS = ("kind", "metric", "grace_period", "reduction_factor", "min_samples_required")
-_EVAL_KEYS = ("episodes", "seed_start", "temperature", "args")
-_PARAM_KEYS = (*PARAM_KINDS, "points", "when")
-_METRIC = re.compile(r"^[\w.-]+(/[\w.-]+)+$")
+SEED_KEY = "seed"
+"""verlog train's config key of the training seed (``sampling.seeds`` sweeps it)."""
+_BRANCH_VALUE = "__value__"
+"""In a grid, the key of a branch dict that holds the value of the key whose dependants the branch nests."""
 _PLAIN_STRING = re.compile(r"^[A-Za-z_./:@+-][\w./:@+-]*$")
 
 
@@ -100,17 +78,6 @@ class Param:
         """Whether the key takes exact values that a condition can name (a choice or an integer range)."""
         return self.kind in ("choice", "int")
 
-    def sample(self, rng: np.random.Generator) -> Any:
-        """One value drawn with ``rng``: uniform over a choice or an integer range, uniform or log-uniform over a
-        float range (rounded to :data:`SIGNIFICANT_DIGITS`)."""
-        if self.kind == "choice":
-            return self.values[int(rng.integers(len(self.values)))]
-        if self.kind == "int":
-            return int(rng.integers(int(self.low), int(self.high) + 1))
-        if self.kind == "uniform":
-            return _round(float(rng.uniform(self.low, self.high)), self.low, self.high)
-        return _round(math.exp(rng.uniform(math.log(self.low), math.log(self.high))), self.low, self.high)
-
     def grid_values(self) -> list[Any]:
         """The values a grid takes: every choice; every integer of an integer range (or ``points`` of them); ``points``
         evenly spaced values of a float range (geometrically for log-uniform)."""
@@ -129,11 +96,18 @@ class Param:
         """How many values :meth:`grid_values` gives, without listing them (an integer range may be huge)."""
         if self.kind == "int" and self.points is None:
             return int(self.high) - int(self.low) + 1
-        if self.kind == "choice" or self.kind == "int":
-            return len(self.grid_values())
-        if self.points is None:
-            raise SweepSpaceError(f"params.{self.key}: a {self.kind} range in a grid needs points: N (values taken)")
         return len(self.grid_values())
+
+    def ray_domain(self) -> Any:
+        """This key's Ray Tune search-space primitive for random sampling: ``tune.choice``, ``tune.uniform``,
+        ``tune.loguniform`` or ``tune.randint`` (its upper end included)."""
+        from ray import tune
+
+        if self.kind == "choice":
+            return tune.choice(list(self.values))
+        if self.kind == "int":
+            return tune.randint(int(self.low), int(self.high) + 1)
+        return tune.uniform(self.low, self.high) if self.kind == "uniform" else tune.loguniform(self.low, self.high)
 
     def active(self, chosen: Mapping[str, Any]) -> bool:
         """Whether this key is set in a trial whose other keys took ``chosen``."""
@@ -228,7 +202,7 @@ class SearchSpace:
         if self.config_dir is not None:
             data["config_dir"] = self.config_dir
         if self.scheduler is not None:
-            data["scheduler"] = {k: getattr(self.scheduler, k) for k in _SCHEDULER_KEYS}
+            data["scheduler"] = {k: getattr(self.scheduler, k) for k in SCHEDULER_KEYS}
         if self.eval is not None:
             ev = self.eval
             data["eval"] = {"episodes": ev.episodes, "seed_start": ev.seed_start, "args": list(ev.args)}
@@ -238,7 +212,7 @@ class SearchSpace:
 
     def fingerprint(self) -> str:
         """A hash of everything that decides the trials and their outcome (not ``parallel``, nor the name); the order
-        of ``params`` counts (random sampling draws the keys in that order)."""
+        of ``params`` counts (Ray's variant generator draws the keys in that order)."""
         data = {k: v for k, v in self.as_dict().items() if k not in ("parallel", "name")}
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
@@ -300,398 +274,96 @@ def _round(x: float, low: float, high: float) -> float:
     return min(max(float(f"{x:.{SIGNIFICANT_DIGITS}g}"), low), high)
 
 
-# ------------------------------------------------------------------------------------------------ parsing
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and check the search space in the YAML file ``path`` (:func:`parse_space`)."""
-    import yaml
+# ------------------------------------------------------------------------------------------------ trials, by Ray
+def ray_space(space: SearchSpace) -> dict[str, Any]:
+    """``space`` as Ray Tune's ``param_space``: each unconditional key's primitive (random) or ``tune.grid_search``
+    (grid), a conditional key nested in the branches of the key its first condition names (grid) or drawn like the
+    others (random); with ``sampling.seeds``, ``seed`` as a ``tune.grid_search``."""
+    from ray import tune
 
-    file = Path(path)
-    if not file.is_file():
-        what = "a folder" if file.is_dir() else "no such file"
-        raise SweepSpaceError(f"search space {str(path)!r}: {what}; give the YAML file of the space (docs/sweeps.md)")
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SweepSpaceError(f"{path}: not valid YAML{line} ({problem}); fix the file's syntax") from None
-    return parse_space(data, str(path))
+    nested = {p.key: [q for q in space.params if q.when and q.when[0][0] == p.key] for p in space.params}
 
+    def grid_entry(p: Param) -> Any:
+        if not nested[p.key]:
+            return tune.grid_search(p.grid_values())
+        branches = []
+        for value in p.grid_values():
+            kids = [q for q in nested[p.key] if value in q.when[0][1]]
+            branches.append({_BRANCH_VALUE: value, **{q.key: grid_entry(q) for q in kids}})
+        return tune.grid_search(branches)
 
-def parse_space(data: Any, source: str = "the search space") -> SearchSpace:
-    """The :class:`SearchSpace` that ``data`` (the loaded YAML) describes; :class:`SweepSpaceError` naming the first
-    problem and its fix."""
-    if not isinstance(data, Mapping):
-        raise SweepSpaceError(f"{source}: a search space is a YAML mapping with base: and params: (docs/sweeps.md)")
-    _refuse_unknown(data, _TOP_LEVEL, "", source)
-    base = _parse_base(data.get("base") or {}, source)
-    params = _order_by_conditions(_parse_params(data.get("params"), source), source)
-    sampling = _section(data, "sampling", _SAMPLING_KEYS, source)
-    method = _one_of(sampling.get("method", "random"), METHODS, "sampling.method", source)
-    trials = sampling.get("trials")
-    if method == "random":
-        trials = _int_at_least(trials, 1, "sampling.trials", source, "configurations drawn, e.g. trials: 24")
-    elif trials is not None:
-        raise SweepSpaceError(
-            f"{source}: sampling.trials is set with method: grid, which runs every point of the grid; drop trials, or "
-            "use method: random"
-        )
-    seeds = sampling.get("seeds")
-    if seeds is not None:
-        seeds = _seed_list(seeds, source)
-        for line in base:
-            if line.lstrip("+").split("=", 1)[0] == "seed":
-                raise SweepSpaceError(
-                    f"{source}: base sets seed and sampling.seeds lists the training seeds; keep one of them"
-                )
-    space = SearchSpace(
-        base=base,
-        params=params,
-        method=method,
-        trials=trials or 0,
-        sampling_seed=_int_at_least(sampling.get("seed", 0), 0, "sampling.seed", source, "e.g. seed: 0"),
-        seeds=seeds,
-        objective=_parse_objective(data, source),
-        scheduler=None,
-        eval=_parse_eval(data, source),
-        parallel=_int_at_least(data.get("parallel", 1), 1, "parallel", source, "trials at once, e.g. parallel: 1"),
-        config_dir=None if data.get("config_dir") is None else str(data["config_dir"]),
-        imports=tuple(str(m) for m in _list(data.get("imports") or [], "imports", source)),
-        name=str(data.get("name") or Path(source).stem or "sweep"),
-        source=source,
-    )
-    if method == "grid":
-        for p in params:
-            if p.kind in ("uniform", "loguniform") and p.points is None:
-                raise SweepSpaceError(
-                    f"{source}: params.{p.key}: a {p.kind} range in a grid needs points: N (the values it takes); "
-                    "add points, or use sampling.method: random"
-                )
-    space = _with_scheduler(space, data, source)
-    if "seed" in {p.key for p in params} and seeds is not None:
-        raise SweepSpaceError(f"{source}: params sweeps seed and sampling.seeds lists the training seeds; keep one")
-    return space
-
-
-def _refuse_unknown(data: Mapping[str, Any], known: Sequence[str], where: str, source: str) -> None:
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-            hint = f" Did you mean {where}{close[0]}?" if close else ""
-            of = f" of {where[:-1]}" if where else ""
-            raise SweepSpaceError(
-                f"{source}: unknown key {where}{key!r} in the search space.{hint} Keys{of}: {', '.join(known)} "
-                "(docs/sweeps.md)"
-            )
-
-
-def _section(data: Mapping[str, Any], name: str, known: Sequence[str], source: str) -> Mapping[str, Any]:
-    section = data.get(name) or {}
-    if not isinstance(section, Mapping):
-        raise SweepSpaceError(f"{source}: {name} must be a mapping of {', '.join(known)}")
-    _refuse_unknown(section, known, f"{name}.", source)
-    return section
-
-
-def _list(value: Any, where: str, source: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise SweepSpaceError(f"{source}: {where} must be a list, got {value!r}")
-    return value
-
-
-def _one_of(value: Any, choices: Sequence[str], where: str, source: str) -> str:
-    if value not in choices:
-        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]}?" if close else ""
-        raise SweepSpaceError(f"{source}: {where} is {value!r}, not one of {', '.join(choices)}.{hint}")
-    return str(value)
-
-
-def _int_at_least(value: Any, low: int, where: str, source: str, example: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SweepSpaceError(f"{source}: {where} is {value!r}, not an integer >= {low}; {example}")
-    return value
-
-
-def _number(value: Any, where: str, source: str) -> float:
-    """A YAML number, or a string that reads as one (PyYAML reads ``1e-4``, without a dot, as a string)."""
-    if isinstance(value, bool):
-        raise SweepSpaceError(f"{source}: {where} is {value!r}, not a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise SweepSpaceError(f"{source}: {where} is {value!r}, not a number") from None
-    if not math.isfinite(number):
-        raise SweepSpaceError(f"{source}: {where} is {value!r}: give a finite number")
-    return number
-
-
-def _seed_list(value: Any, source: str) -> tuple[int, ...]:
-    seeds = _list(value, "sampling.seeds", source)
-    if not seeds:
-        raise SweepSpaceError(f"{source}: sampling.seeds is empty; list the training seeds, e.g. seeds: [0, 1]")
-    for s in seeds:
-        _int_at_least(s, 0, "a seed in sampling.seeds", source, "seeds are integers >= 0, e.g. seeds: [0, 1]")
-    if len(set(seeds)) != len(seeds):
-        raise SweepSpaceError(f"{source}: sampling.seeds {seeds} repeats a seed; list each once")
-    return tuple(seeds)
-
-
-def _parse_base(base: Any, source: str) -> tuple[str, ...]:
-    if isinstance(base, Mapping):
-        lines = [format_override(str(k), v) for k, v in base.items()]
-    elif isinstance(base, list):
-        lines = [str(item) for item in base]
-        for line in lines:
-            if "=" not in line:
-                raise SweepSpaceError(f"{source}: base entry {line!r} is not key=value; write e.g. iterations=12")
-    else:
-        raise SweepSpaceError(f"{source}: base must be a mapping (key: value) or a list of key=value overrides")
-    for line in lines:
-        key = line.split("=", 1)[0].lstrip("+~")
-        if key in SWEEP_OWNED_KEYS:
-            raise SweepSpaceError(
-                f"{source}: base sets {key}, which the sweep sets for each trial (its own folder under --out, "
-                "resumed after a kill); drop it"
-            )
-    return tuple(lines)
-
-
-def _parse_params(params: Any, source: str) -> list[Param]:
-    if not isinstance(params, Mapping) or not params:
-        raise SweepSpaceError(
-            f"{source}: params is {'empty' if not params else 'not a mapping'}; list the keys to sweep, e.g. "
-            "params: {algorithm.actor_lr: {loguniform: [1.0e-4, 1.0e-3]}}"
-        )
-    out = []
-    for key, spec in params.items():
-        key = str(key)
-        if key.lstrip("+") in SWEEP_OWNED_KEYS:
-            raise SweepSpaceError(f"{source}: params sweeps {key}, which the sweep sets for each trial; drop it")
-        out.append(_parse_param(key, spec, source))
-    keys = {p.key for p in out}
-    for p in out:
-        for other, allowed in p.when:
-            if other not in keys:
-                raise SweepSpaceError(
-                    f"{source}: params.{p.key}: when names {other!r}, which is not a swept key; condition on a key of "
-                    "params (a fixed key belongs in base, where it needs no condition)"
-                )
-            parent = next(q for q in out if q.key == other)
-            if not parent.discrete:
-                raise SweepSpaceError(
-                    f"{source}: params.{p.key}: when names {other!r}, a continuous range that never takes an exact "
-                    "value; condition on a choice or an integer key"
-                )
-            reachable = (
-                list(parent.values) if parent.kind == "choice" else list(range(int(parent.low), int(parent.high) + 1))
-            )
-            never = [v for v in allowed if v not in reachable]
-            if never:
-                raise SweepSpaceError(
-                    f"{source}: params.{p.key}: when asks {other} to be {never[0]!r}, which it never takes "
-                    f"({', '.join(repr(v) for v in reachable)}); use one of those values"
-                )
-    return out
-
-
-def _parse_param(key: str, spec: Any, source: str) -> Param:
-    where = f"params.{key}"
-    if isinstance(spec, list):
-        spec = {"choice": spec}
-    if not isinstance(spec, Mapping):
-        raise SweepSpaceError(
-            f"{source}: {where} is {spec!r}, a single value; a fixed value goes in base, a swept one is a list of "
-            "choices or {uniform|loguniform|int: [low, high]}"
-        )
-    _refuse_unknown(spec, _PARAM_KEYS, f"{where}.", source)
-    kinds = [k for k in PARAM_KINDS if k in spec]
-    if len(kinds) != 1:
-        raise SweepSpaceError(
-            f"{source}: {where} needs exactly one of {', '.join(PARAM_KINDS)}, got "
-            f"{', '.join(kinds) or 'none'}; e.g. {{choice: [a, b]}} or {{loguniform: [1.0e-4, 1.0e-3]}}"
-        )
-    kind = kinds[0]
-    points = spec.get("points")
-    if points is not None:
-        if kind == "choice":
-            raise SweepSpaceError(
-                f"{source}: {where}: points goes with a range, not a choice (a grid takes every choice)"
-            )
-        _int_at_least(points, 2, f"{where}.points", source, "the values a grid takes, e.g. points: 3")
-    when = _parse_when(spec.get("when"), where, source)
-    if kind == "choice":
-        values = _list(spec["choice"], f"{where}.choice", source)
-        if not values:
-            raise SweepSpaceError(f"{source}: {where} is an empty choice; list at least two values, or move it to base")
-        seen: list[Any] = []
-        for v in values:
-            if v in seen:
-                raise SweepSpaceError(f"{source}: {where} lists {v!r} twice; list each value once")
-            seen.append(v)
-        return Param(key, kind, values=tuple(values), when=when)
-    bounds = _list(spec[kind], f"{where}.{kind}", source)
-    if len(bounds) != 2:
-        raise SweepSpaceError(f"{source}: {where}.{kind} must be [low, high], got {bounds!r}")
-    low, high = (_number(b, f"{where}.{kind}", source) for b in bounds)
-    if kind == "int" and not all(float(b).is_integer() for b in (low, high)):
-        raise SweepSpaceError(f"{source}: {where}.int bounds {bounds} are not integers; use uniform for a float range")
-    if not low < high:
-        raise SweepSpaceError(
-            f"{source}: {where}.{kind} [{bounds[0]}, {bounds[1]}] is an empty range (low must be below high); widen "
-            "it, or put the one value in base"
-        )
-    if kind == "loguniform" and low <= 0:
-        raise SweepSpaceError(f"{source}: {where}.loguniform starts at {bounds[0]}; a log-uniform range needs low > 0")
-    return Param(key, kind, low=low, high=high, points=points, when=when)
-
-
-def _parse_when(when: Any, where: str, source: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    if when is None:
-        return ()
-    if not isinstance(when, Mapping) or not when:
-        raise SweepSpaceError(f"{source}: {where}.when must map a swept key to its value(s), e.g. when: {{k: [a, b]}}")
-    out = []
-    for key, allowed in when.items():
-        values = tuple(allowed) if isinstance(allowed, list) else (allowed,)
-        if not values:
-            raise SweepSpaceError(f"{source}: {where}.when.{key} lists no value; give the value(s) that enable it")
-        out.append((str(key), values))
-    return tuple(out)
-
-
-def _order_by_conditions(params: list[Param], source: str) -> tuple[Param, ...]:
-    """``params`` with every key after the keys its ``when`` names (file order otherwise); a circle is an error."""
-    ordered: list[Param] = []
-    placed: set[str] = set()
-    todo = list(params)
-    while todo:
-        ready = [p for p in todo if all(k in placed for k, _ in p.when)]
-        if not ready:
-            circle = " -> ".join(p.key for p in todo)
-            raise SweepSpaceError(
-                f"{source}: the when conditions of {circle} depend on each other in a circle; break it"
-            )
-        for p in ready:
-            ordered.append(p)
-            placed.add(p.key)
-        todo = [p for p in todo if p.key not in placed]
-    return tuple(ordered)
-
-
-def _parse_objective(data: Mapping[str, Any], source: str) -> Objective:
-    section = _section(data, "objective", _OBJECTIVE_KEYS, source)
-    metric = _metric(section.get("metric", Objective.metric), "objective.metric", source)
-    return Objective(metric=metric, mode=_one_of(section.get("mode", "max"), MODES, "objective.mode", source))
-
-
-def _metric(value: Any, where: str, source: str) -> str:
-    text = str(value)
-    if not _METRIC.match(text):
-        raise SweepSpaceError(
-            f"{source}: {where} {value!r} is not a metric name; give a metrics.jsonl key such as eval/success or "
-            f"env/return_mean (docs/metrics.md), or {EVAL_METRIC_PREFIX}<field> of the eval: section"
-        )
-    if text.startswith(EVAL_METRIC_PREFIX) and text[len(EVAL_METRIC_PREFIX) :] not in EVAL_FIELDS:
-        raise SweepSpaceError(
-            f"{source}: {where} {text!r}: verlog eval's summary has {', '.join(EVAL_FIELDS)}; write "
-            f"{EVAL_METRIC_PREFIX}<one of them>"
-        )
-    return text
-
-
-def _parse_eval(data: Mapping[str, Any], source: str) -> EvalSettings | None:
-    if data.get("eval") is None:
-        if str((data.get("objective") or {}).get("metric", "")).startswith(EVAL_METRIC_PREFIX):
-            raise SweepSpaceError(
-                f"{source}: objective.metric reads verlog eval's summary, but there is no eval: section; add eval: "
-                "{episodes: 32}, or use an in-training metric such as eval/success"
-            )
-        return None
-    section = _section(data, "eval", _EVAL_KEYS, source)
-    temperature = section.get("temperature")
-    if temperature is not None:
-        temperature = _number(temperature, "eval.temperature", source)
-        if temperature < 0:
-            raise SweepSpaceError(f"{source}: eval.temperature is {temperature}; give a number >= 0 (0 = greedy)")
-    return EvalSettings(
-        episodes=_int_at_least(section.get("episodes", 32), 1, "eval.episodes", source, "e.g. episodes: 32"),
-        seed_start=_int_at_least(section.get("seed_start", 1_000_000), 0, "eval.seed_start", source, "e.g. 1000000"),
-        temperature=temperature,
-        args=tuple(str(a) for a in _list(section.get("args") or [], "eval.args", source)),
-    )
-
-
-def _with_scheduler(space: SearchSpace, data: Mapping[str, Any], source: str) -> SearchSpace:
-    if data.get("scheduler") is None:
-        return space
-    section = _section(data, "scheduler", _SCHEDULER_KEYS, source)
-    kind = _one_of(section.get("kind"), SCHEDULERS, "scheduler.kind", source)
-    metric = _metric(section.get("metric", space.objective.metric), "scheduler.metric", source)
-    if metric.startswith(EVAL_METRIC_PREFIX):
-        raise SweepSpaceError(
-            f"{source}: scheduler.metric {metric} is known only after training; early stopping needs a metrics.jsonl "
-            "key logged during training, e.g. eval/success or env/return_mean"
-        )
-    factor = _number(section.get("reduction_factor", 2), "scheduler.reduction_factor", source)
-    if factor <= 1:
-        raise SweepSpaceError(f"{source}: scheduler.reduction_factor is {factor}; give a number > 1, e.g. 2")
-    scheduler = Scheduler(
-        kind=kind,
-        metric=metric,
-        grace_period=_int_at_least(section.get("grace_period", 1), 1, "scheduler.grace_period", source, "e.g. 4"),
-        reduction_factor=factor,
-        min_samples_required=_int_at_least(
-            section.get("min_samples_required", 3), 1, "scheduler.min_samples_required", source, "e.g. 3"
-        ),
-    )
-    return dataclasses.replace(space, scheduler=scheduler)
-
-
-# ------------------------------------------------------------------------------------------------ sampling
-def sample_configurations(space: SearchSpace) -> list[dict[str, Any]]:
-    """The configurations of ``space`` (each: swept key -> value, conditional keys only where active): ``trials`` draws
-    with ``default_rng(sampling_seed)``, or every point of the grid (in the order of ``params``)."""
     if space.method == "grid":
-        return list(_grid(space.params, {}))
-    rng = np.random.default_rng(space.sampling_seed)
-    out = []
-    for _ in range(space.trials):
-        chosen: dict[str, Any] = {}
-        for p in space.params:
-            if p.active(chosen):
-                chosen[p.key] = p.sample(rng)
-        out.append(chosen)
+        out = {p.key: grid_entry(p) for p in space.params if not p.when}
+    else:
+        out = {p.key: p.ray_domain() for p in space.params}
+    if space.seeds is not None:
+        out[SEED_KEY] = tune.grid_search(list(space.seeds))
     return out
 
 
-def _grid(params: Sequence[Param], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    if not params:
-        yield dict(chosen)
-        return
-    first, rest = params[0], params[1:]
-    if not first.active(chosen):
-        yield from _grid(rest, chosen)
-        return
-    for value in first.grid_values():
-        yield from _grid(rest, {**chosen, first.key: value})
+def _variants(space: SearchSpace) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Ray's variants of :func:`ray_space` in Ray's order, each as (draw, key -> value with branches flattened):
+    random, ``trials`` draws of one variant per seed, the random keys drawn once for all seeds
+    (``constant_grid_search``); a grid, one draw."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    spec = ray_space(space)
+    rng = np.random.default_rng(space.sampling_seed)
+    for draw in range(space.trials if space.method == "random" else 1):
+        for _resolved, variant in generate_variants(spec, constant_grid_search=True, random_state=rng):
+            yield draw, _flatten(variant)
+
+
+def _flatten(variant: Mapping[str, Any]) -> dict[str, Any]:
+    """A grid variant's branches (``{key: {__value__: v, child: ...}}``) as plain keys."""
+    out: dict[str, Any] = {}
+    for key, value in variant.items():
+        if isinstance(value, Mapping) and _BRANCH_VALUE in value:
+            out[key] = value[_BRANCH_VALUE]
+            out.update(_flatten({k: v for k, v in value.items() if k != _BRANCH_VALUE}))
+        else:
+            out[key] = value
+    return out
+
+
+def _configuration(space: SearchSpace, variant: Mapping[str, Any]) -> dict[str, Any]:
+    """A variant's swept keys in the order of ``params``, without the keys whose condition fails (a random draw sets
+    them all), floats rounded to :data:`SIGNIFICANT_DIGITS`."""
+    chosen: dict[str, Any] = {}
+    for p in space.params:
+        if p.key in variant and p.active(chosen):
+            value = variant[p.key]
+            chosen[p.key] = _round(value, p.low, p.high) if p.kind in ("uniform", "loguniform") else value
+    return chosen
 
 
 def sample_trials(space: SearchSpace) -> list[Trial]:
-    """The trials of ``space``: each configuration (:func:`sample_configurations`) once per training seed of
-    ``sampling.seeds`` (once, with the base's seed, without them). Ids: ``007``, or ``007-s1`` for configuration 7
-    with seed 1."""
-    configs = sample_configurations(space)
+    """The trials of ``space`` (see the module docstring): Ray's variants, each configuration (a random draw; a grid
+    point, one trial even where two branches reach it) once per training seed of ``sampling.seeds`` (once, with the
+    base's seed, without them). Ids: ``007``, or ``007-s1`` for configuration 7 with seed 1."""
+    configs: dict[Any, tuple[dict[str, Any], list[Any]]] = {}
+    for draw, variant in _variants(space):
+        params = _configuration(space, variant)
+        label = draw if space.method == "random" else json.dumps(params, sort_keys=True, default=str)
+        seeds = configs.setdefault(label, (params, []))[1]
+        seed = variant.get(SEED_KEY) if space.seeds is not None else None
+        if seed not in seeds:
+            seeds.append(seed)
+    order = {seed: i for i, seed in enumerate(space.seeds or ())}
     width = max(3, len(str(len(configs) - 1)))
-    trials = []
-    for index, params in enumerate(configs):
-        if space.seeds is None:
-            trials.append(Trial(f"{index:0{width}d}", index, params))
-        else:
-            for seed in space.seeds:
-                trials.append(Trial(f"{index:0{width}d}-s{seed}", index, params, seed))
-    return trials
+    return [
+        Trial(f"{i:0{width}d}" + ("" if seed is None else f"-s{seed}"), i, params, seed)
+        for i, (params, seeds) in enumerate(configs.values())
+        for seed in sorted(seeds, key=lambda s: order.get(s, -1))
+    ]
+
+
+def sample_configurations(space: SearchSpace) -> list[dict[str, Any]]:
+    """The configurations of ``space`` (swept key -> value, conditional keys only where active), in trial order."""
+    seen: dict[int, dict[str, Any]] = {}
+    for trial in sample_trials(space):
+        seen.setdefault(trial.config, trial.params)
+    return list(seen.values())
 
 
 def describe_params(params: Mapping[str, Any]) -> str:
@@ -700,28 +372,17 @@ def describe_params(params: Mapping[str, Any]) -> str:
 
 
 def grid_size(space: SearchSpace, limit: int | None = None) -> int:
-    """How many configurations the grid of ``space`` holds, counted without listing them (a key no condition names
-    multiplies the count by its number of values). With ``limit``, the count may stop at any number above it (a huge
-    grid is not walked to its end)."""
-    parents = {key for p in space.params for key, _ in p.when}
-    params = space.params
-
-    def count(i: int, chosen: dict[str, Any]) -> int:
-        if i == len(params):
-            return 1
-        p = params[i]
-        if not p.active(chosen):
-            return count(i + 1, chosen)
-        if p.key not in parents:  # no later key depends on its value
-            return p.grid_count() * count(i + 1, chosen)
-        total = 0
-        for value in p.grid_values():
-            total += count(i + 1, {**chosen, p.key: value})
-            if limit is not None and total > limit:
-                break
-        return total
-
-    return count(0, {})
+    """How many configurations the grid of ``space`` holds: the product of the keys' value counts without conditions
+    (nothing is listed), else Ray's grid walked; with ``limit``, the walk stops past it (a huge grid is not walked to
+    its end)."""
+    if not any(p.when for p in space.params):
+        return int(np.prod([p.grid_count() for p in space.params], dtype=object))
+    seen: set[str] = set()
+    for _draw, variant in _variants(dataclasses.replace(space, seeds=None)):
+        seen.add(json.dumps(_configuration(space, variant), sort_keys=True, default=str))
+        if limit is not None and len(seen) > limit:
+            break
+    return len(seen)
 
 
 __all__ = [
@@ -736,8 +397,7 @@ __all__ = [
     "format_override",
     "format_value",
     "grid_size",
-    "load_space",
-    "parse_space",
+    "ray_space",
     "sample_configurations",
     "sample_trials",
 ]

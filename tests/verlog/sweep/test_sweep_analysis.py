@@ -19,7 +19,8 @@ from verlog.sweep.analysis import (
     resample_weights,
     seed_noise,
 )
-from verlog.sweep.space import Param, parse_space
+from verlog.sweep.space import Param
+from verlog.sweep.space_file import parse_space
 
 
 def _levels(key: str, labels: list[str], index: list[int]) -> Levels:

@@ -20,7 +20,8 @@ import yaml
 from verlog.cli import main
 from verlog.sweep.checks import HF_MODEL_CONTENTS, trial_overrides
 from verlog.sweep.folder import SweepFolder, check_folder, create_folder, read_sweep, starts_fresh
-from verlog.sweep.space import SweepSpaceError, parse_space, sample_trials
+from verlog.sweep.space import SweepSpaceError, sample_trials
+from verlog.sweep.space_file import parse_space
 from verlog.sweep.trial import MetricsTail, TrialFailedError, TrialJob, reported, run_trial, train_command
 
 REPO = Path(__file__).resolve().parents[3]

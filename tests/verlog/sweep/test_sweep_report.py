@@ -12,7 +12,8 @@ from verlog.cli import main
 from verlog.sweep.folder import SweepFolder, create_folder, write_json
 from verlog.sweep.report import build_report, render_markdown, write_report
 from verlog.sweep.results import summary_table, trial_results, wall_time
-from verlog.sweep.space import parse_space, sample_trials
+from verlog.sweep.space import sample_trials
+from verlog.sweep.space_file import parse_space
 
 SPACE = {
     "name": "hand",

@@ -1,22 +1,26 @@
-"""The search-space parser and sampler (verlog/sweep/space.py) on hand cases: kinds, conditions, bad inputs named with
-their fix, random and grid sampling, overrides that Hydra reads back, the fingerprint."""
+"""The search-space parser (verlog/sweep/space_file.py) and the trials drawn with Ray Tune (verlog/sweep/space.py) on
+hand cases: kinds, conditions, bad inputs named with their fix, random and grid sampling, the same trials from the same
+seed (and from Tune's own generator), overrides that Hydra reads back, the fingerprint."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from verlog.sweep.space import (
     SweepSpaceError,
     format_override,
     format_value,
-    load_space,
-    parse_space,
+    grid_size,
+    ray_space,
     sample_configurations,
     sample_trials,
 )
+from verlog.sweep.space_file import load_space, parse_space
 
 
 def _space(**changes) -> dict:
@@ -246,9 +250,15 @@ def test_the_grid_is_the_product_of_the_active_keys() -> None:
     )
     configs = sample_configurations(space)
     assert len(configs) == 3 + 3 * 3
-    assert configs[0] == {"a.kind": "x", "a.lr": 1e-4}
-    assert [c["a.lr"] for c in configs[:3]] == [1e-4, 1e-3, 1e-2]  # geometric points of a log-uniform range
-    assert configs[3] == {"a.kind": "y", "a.n": 1, "a.lr": 1e-4}
+    # Ray's grid order: the keys sorted, the first varying fastest; a nested branch expands in place
+    assert configs[:5] == [
+        {"a.kind": "x", "a.lr": 1e-4},
+        {"a.kind": "y", "a.lr": 1e-4, "a.n": 1},
+        {"a.kind": "y", "a.lr": 1e-4, "a.n": 2},
+        {"a.kind": "y", "a.lr": 1e-4, "a.n": 3},
+        {"a.kind": "x", "a.lr": 1e-3},
+    ]
+    assert sorted({c["a.lr"] for c in configs}) == [1e-4, 1e-3, 1e-2]  # geometric points of a log-uniform range
     assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
     uniform = parse_space({"params": {"u.v": {"uniform": [0, 1], "points": 5}}, "sampling": {"method": "grid"}})
     assert [c["u.v"] for c in sample_configurations(uniform)] == [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -305,3 +315,75 @@ def test_the_order_of_params_counts() -> None:
     assert [p.key for p in other.params] == list(reversed([p.key for p in space.params]))
     assert other.fingerprint() != space.fingerprint()  # random sampling draws the keys in file order
     assert sample_configurations(other) != sample_configurations(space)
+
+
+def _conditional_space(method: str = "random") -> dict:
+    sampling = {"method": method, "seeds": [0, 3]}
+    if method == "random":
+        sampling.update(trials=12, seed=5)
+    points = {"points": 2} if method == "grid" else {}
+    return {
+        "params": {
+            "algorithm.actor_lr": {"loguniform": [1.0e-4, 1.0e-3], **points},
+            "algorithm.estimator": ["dual_gae", "grpo", "gigpo"],
+            "rollout.group_size": {"choice": [2, 4], "when": {"algorithm.estimator": ["grpo", "gigpo"]}},
+            "algorithm.gigpo_omega": {"uniform": [0.5, 1.5], **points, "when": {"algorithm.estimator": "gigpo"}},
+            # chained, and with two conditions: set only for gigpo with groups of 4
+            "algorithm.gigpo_step_gamma": {
+                "choice": [0.9, 0.95],
+                "when": {"rollout.group_size": 4, "algorithm.estimator": "gigpo"},
+            },
+        },
+        "sampling": sampling,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["random", "grid"])
+def test_two_generations_with_the_same_seed_give_the_same_trial_list(tmp_path: Path, method: str) -> None:
+    file = tmp_path / "space.yaml"
+    file.write_text(yaml.safe_dump(_conditional_space(method), sort_keys=False))
+    first, second = sample_trials(load_space(file)), sample_trials(load_space(file))  # two parses, two generators
+    assert first == second and len(first) > 4
+    assert [t.id for t in first[:2]] == ["000-s0", "000-s3"] and first[0].params == first[1].params
+    if method == "random":
+        other = _conditional_space(method)
+        other["sampling"]["seed"] = 6
+        assert sample_trials(parse_space(other)) != first
+
+
+def test_the_trials_are_the_variants_of_ray_tunes_own_generator() -> None:
+    """Tune's BasicVariantGenerator, given the same param space and random state, yields the variants the trials
+    hold (before verlog unsets inactive keys and rounds floats)."""
+    from ray.tune.experiment import Experiment
+    from ray.tune.search import BasicVariantGenerator
+
+    space = parse_space(_conditional_space())
+    generator = BasicVariantGenerator(random_state=space.sampling_seed, constant_grid_search=True)
+    generator.add_configurations([Experiment("x", run=lambda config: None, config=ray_space(space), num_samples=12)])
+    variants = []
+    while (trial := generator.next_trial()) is not None:
+        variants.append(trial.config)
+    trials = sample_trials(space)
+    assert len(variants) == len(trials) == 24
+    for variant, trial in zip(variants, trials):
+        assert variant["seed"] == trial.seed
+        for key, value in trial.params.items():
+            kind = space.param(key).kind
+            assert value == (float(f"{variant[key]:.3g}") if kind in ("uniform", "loguniform") else variant[key])
+
+
+@pytest.mark.parametrize("method", ["random", "grid"])
+def test_conditions_chain_and_combine_as_documented(method: str) -> None:
+    space = parse_space(_conditional_space(method))
+    configs = sample_configurations(space)
+    for c in configs:
+        estimator = c["algorithm.estimator"]
+        assert ("rollout.group_size" in c) == (estimator != "dual_gae")
+        assert ("algorithm.gigpo_omega" in c) == (estimator == "gigpo")
+        assert ("algorithm.gigpo_step_gamma" in c) == (estimator == "gigpo" and c.get("rollout.group_size") == 4)
+    if method == "grid":  # each point once, with its active keys: 2 lr x (dual_gae + 2 grpo + gigpo's 2 + 2 x 2)
+        assert len(configs) == 2 * (1 + 2 + (2 + 2 * 2)) == grid_size(space)
+        assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
+    else:
+        assert {c["algorithm.estimator"] for c in configs} == {"dual_gae", "grpo", "gigpo"}
+        assert any("algorithm.gigpo_step_gamma" in c for c in configs)
