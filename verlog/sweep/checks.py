@@ -2,10 +2,13 @@
 
 :func:`check_space_keys` composes the space's ``base`` and each swept key with verlog train's own composition
 (:func:`verlog.config.compose.load_config`), so a misspelt key gets the message ``verlog train key=value`` would give
-("unknown config key ... Did you mean ...?"). :func:`check_trials` then composes each trial's overrides and checks
-them as ``verlog train --dry-run`` does (:func:`verlog.config.preflight.preflight`, then
-:func:`verlog.trainer.dry_run.describe_run`, which merges a ``verl:`` section into verl's config), and checks that the
-objective's metric will be logged. No Ray, no model, no process starts.
+("unknown config key ... Did you mean ...?"). :func:`check_trials` then composes each trial as ``verlog train`` composes
+it (:func:`compose_trial`: the same overrides list, :func:`verlog.config.compose.load_config` and
+:func:`verlog.config.preflight.preflight`), checks it as ``verlog train --dry-run`` does
+(:func:`verlog.trainer.dry_run.describe_run`, which merges a ``verl:`` section into verl's config) and that the
+objective's metric will be logged. The trial then runs ``python -m verlog.train`` with exactly those arguments
+(:func:`train_arguments`): no copy of the typed config travels, the trial's own ``verlog train`` composes it again the
+same way. No Ray, no model, no process starts here.
 """
 
 from __future__ import annotations
@@ -41,13 +44,32 @@ PROGRESS_EVERY_S = 10.0
 
 @dataclass(frozen=True)
 class CheckedTrial:
-    """A trial that passed verlog train's checks: its overrides (with its own ``output_dir``), its typed config and
-    the ``python -m verlog.train`` command that reproduces it by hand."""
+    """A trial that passed verlog train's checks: its overrides (with its own ``output_dir``), the arguments its
+    ``python -m verlog.train`` gets (``train_args``: the config folder, the imports, the overrides), the typed config
+    that verlog train's composition gives for them, and the command that reproduces it by hand."""
 
     trial: Trial
     overrides: tuple[str, ...]
     config: TrainConfig
     command: str
+    train_args: tuple[str, ...] = ()
+
+
+def train_arguments(space: SearchSpace, overrides: Sequence[str]) -> list[str]:
+    """What ``python -m verlog.train`` gets for a trial of ``space`` with ``overrides``: ``--config-dir``, one
+    ``--import`` per module of ``imports``, then the overrides (the order of ``verlog train --dry-run``'s command)."""
+    args = [*(f"--import={m}" for m in space.imports), *overrides]
+    return args if space.config_dir is None else ["--config-dir", space.config_dir, *args]
+
+
+def compose_trial(space: SearchSpace, overrides: Sequence[str], overwrite: bool) -> TrainConfig:
+    """The typed, checked config of a trial: verlog train's own composition (:func:`verlog.config.compose.load_config`
+    over configs/ and ``config_dir`` with the overrides, then :func:`verlog.config.preflight.preflight`), as the
+    trial's ``verlog train`` composes it from :func:`train_arguments`."""
+    from verlog.config.compose import load_config
+    from verlog.config.preflight import preflight
+
+    return preflight(load_config(overrides, space.config_dir), space.imports, overwrite=overwrite)
 
 
 def one_line(text: str) -> str:
@@ -162,8 +184,6 @@ def check_trials(
     """Each trial of ``trials`` (whose output folders are ``run_dirs``) checked as ``verlog train --dry-run`` checks
     it; SweepSpaceError naming the first trial that fails and what verlog train says, and how many fail. A check that
     runs longer than :data:`PROGRESS_AFTER_S` seconds tells ``say`` how far it got, every :data:`PROGRESS_EVERY_S`."""
-    from verlog.config.compose import load_config
-    from verlog.config.preflight import preflight
     from verlog.trainer.dry_run import describe_run
 
     checked: list[CheckedTrial] = []
@@ -182,16 +202,16 @@ def check_trials(
         overrides = trial_overrides(space, trial, run_dirs[trial.id])
         try:
             fresh = starts_fresh(run_dirs[trial.id])  # as the trial will run: --overwrite when it starts afresh
-            cfg = preflight(load_config(overrides, space.config_dir), space.imports, overwrite=fresh)
+            cfg = compose_trial(space, overrides, overwrite=fresh)
             _check_metrics(space, cfg)
-            shown = [*(f"--import={m}" for m in space.imports), *overrides]
-            described = describe_run(cfg, shown, space.config_dir)
+            described = describe_run(cfg, [*(f"--import={m}" for m in space.imports), *overrides], space.config_dir)
         except VerlogError as exc:
             params = describe_params(trial.params) or "the base settings"
             failures.append(f"trial {trial.id} ({params}) fails verlog train's checks: {one_line(str(exc))}")
             continue
         command = next(line for line in described.splitlines() if line.startswith("# command: "))
-        checked.append(CheckedTrial(trial, tuple(overrides), cfg, command.removeprefix("# command: ")))
+        args = tuple(train_arguments(space, overrides))
+        checked.append(CheckedTrial(trial, tuple(overrides), cfg, command.removeprefix("# command: "), args))
     if failures:
         more = f" ({len(failures)} of {len(trials)} trials fail; the first is shown)" if len(failures) > 1 else ""
         raise SweepSpaceError(f"{space.source}: {failures[0]}{more}")

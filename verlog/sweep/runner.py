@@ -60,14 +60,11 @@ def build_jobs(
     jobs = {}
     for c in checked:
         trial_dir = folder.trial_dir(c.trial.id).absolute()
-        args = [*(f"--import={m}" for m in space.imports), *c.overrides]
-        if space.config_dir is not None:
-            args = ["--config-dir", space.config_dir, *args]
         settings = space.eval
         jobs[c.trial.id] = TrialJob(
             id=c.trial.id,
             folder=str(trial_dir),
-            train_args=tuple(args),
+            train_args=c.train_args,  # the arguments whose composition the checks typed (c.config)
             eval_args=None
             if settings is None
             else eval_arguments(c.config, settings, str(trial_dir / "eval"), space.imports),

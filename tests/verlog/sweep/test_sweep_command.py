@@ -429,3 +429,52 @@ def test_the_eval_options_follow_the_trial_and_verlog_eval_takes_them(tmp_path: 
     )
     assert (parsed.memory_n, parsed.answer_format, parsed.temperature) == (cfg.memory.n, cfg.memory.answer_format, 0.5)
     assert parsed.resume and parsed.quiet and parsed.imports == ["my_envs"]
+
+
+def test_a_trial_is_composed_as_verlog_train_composes_its_arguments(tmp_path: Path) -> None:
+    """The typed config the sweep checks is the one verlog train's own parser and composition give for the arguments
+    the trial's process gets; the job runs those arguments, and the printed command shows them."""
+    import argparse
+    import shlex
+
+    from verlog.commands.train import add_arguments
+    from verlog.config.compose import load_config
+    from verlog.config.preflight import preflight
+    from verlog.sweep.checks import check_trials
+    from verlog.sweep.runner import build_jobs
+
+    (tmp_path / "conf" / "env").mkdir(parents=True)  # a config folder of one's own: --config-dir
+    space = parse_space({**SPACE, "config_dir": str(tmp_path / "conf"), "sampling": {"trials": 2, "seeds": [4]}})
+    trial = sample_trials(space)[1]
+    (checked,) = check_trials(space, [trial], {trial.id: tmp_path / "run"})
+    assert checked.train_args[:2] == ("--config-dir", str(tmp_path / "conf")) and checked.train_args[-3] == "seed=4"
+    args, extra = add_arguments(argparse.ArgumentParser()).parse_known_args(list(checked.train_args))
+    composed = load_config([*args.overrides, *extra], args.config_dir, args.config_name)
+    assert preflight(composed, args.imports, overwrite=True) == checked.config
+    assert checked.config.algorithm.actor_lr == trial.params["algorithm.actor_lr"] and checked.config.seed == 4
+    assert checked.command == shlex.join(["python", "-m", "verlog.train", *checked.train_args])
+    job = build_jobs(space, [checked], SweepFolder(tmp_path / "sweep"), str(tmp_path), {})[trial.id]
+    assert train_command(job)[1:] == ["-m", "verlog.train", *checked.train_args, "--overwrite"]
+
+
+def test_a_resumed_sweep_runs_the_trials_its_folder_lists(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A folder's trials are the ones it was created with (say, drawn by an older sampler): resuming, even its dry
+    run, takes them from sweep.json rather than drawing again, and counts the finished ones."""
+    import dataclasses
+
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "space.yaml", SPACE)
+    space = parse_space(SPACE, "space.yaml")
+    drawn = sample_trials(space)
+    earlier = [dataclasses.replace(t, params={**t.params, "algorithm.actor_lr": 1.23e-4 + i * 1e-5}) for i, t in
+               enumerate(drawn)]  # fmt: skip
+    create_folder(SweepFolder(Path("out")), space, earlier, "text")
+    finished = tmp_path / "out" / "trials" / "000" / "result.json"
+    finished.parent.mkdir(parents=True)
+    finished.write_text(json.dumps({"status": "finished", "exit_code": 0, "note": ""}))
+    assert main(["sweep", "space.yaml", "--out", "out", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# folder: out (resumes it: 1 finished, 2 pending)" in out
+    rows = [line.split("\t") for line in out.splitlines() if line[:3].isdigit()]
+    assert [float(r[1]) for r in rows] == [t.params["algorithm.actor_lr"] for t in earlier]
+    assert [float(r[1]) for r in rows] != [t.params["algorithm.actor_lr"] for t in drawn]
