@@ -13,14 +13,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-ROLLOUT_SENDS_IMAGES = False
-"""Whether training's rollout sends each turn's images to the model (not yet: issue 35, docs/vision.md, Next). Until
-it does, ``memory.max_image_history`` > 0 is refused at launch (:data:`NOT_SENT_YET`) rather than run as text only."""
+ROLLOUT_SENDS_IMAGES = True
+"""Whether training's rollout sends each turn's images to the model: it does (issue 35, docs/vision.md). The one
+image path not done yet is the critic on a VLM (:func:`critic_not_supported_yet`)."""
 
-NOT_SENT_YET = (
-    "memory.max_image_history > 0: training's rollout does not send images to the model yet (issue 35, "
-    "docs/vision.md, Next): set memory.max_image_history=0 to train on text"
-)
+IMAGE_PAD = "<|image_pad|>"
+"""The placeholder the chat template writes once per image; the model reads it ``image tokens`` times."""
+
+
+def critic_not_supported_yet(max_image_history: int, needs_critic: bool, estimator: str) -> str | None:
+    """The launch refusal of images with an estimator that trains a critic (gae, dual_gae), or None: the critic
+    on a vision-language model (a value head on it, bootstrap prompts with their images) is not supported yet
+    (docs/vision.md, Next). The one place to lift when it is."""
+    if max_image_history <= 0 or not needs_critic:
+        return None
+    return (
+        f"memory.max_image_history > 0 with algorithm.estimator={estimator}: the critic on a vision-language model "
+        "is not supported yet (docs/vision.md, Next): use a critic-free estimator (algorithm.estimator=grpo) or set "
+        "memory.max_image_history=0"
+    )
 
 
 def read_model_config(folder: str | Path) -> dict[str, Any] | None:
@@ -51,6 +62,68 @@ def image_token_count(processor: Any, image: Any) -> int:
     grid = image_processor(images=[image], return_tensors="np")["image_grid_thw"][0]
     merge = int(getattr(image_processor, "merge_size", 2))
     return int(grid.prod()) // (merge * merge)
+
+
+class ImageTokenCounter:
+    """:func:`image_token_count` remembered per image size (Qwen2-VL's count depends only on height and width), so
+    that the memory's budget and the rollout's expansion ask the processor once per size."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+        self._by_size: dict[tuple[int, ...], int] = {}
+
+    def __call__(self, image: Any) -> int:
+        size = tuple(getattr(image, "shape", ())[:2]) or tuple(getattr(image, "size", ())[::-1])
+        if size not in self._by_size:
+            self._by_size[size] = image_token_count(self.processor, image)
+        return self._by_size[size]
+
+
+def expand_image_pads(token_ids: list[int], pad_id: int, counts: list[int]) -> list[int]:
+    """``token_ids`` with its k-th ``<|image_pad|>`` (``pad_id``) repeated ``counts[k]`` times: the ids the model
+    reads (the processor's ``input_ids``); a ``ValueError`` when the pads and the counts do not pair up."""
+    found = sum(1 for t in token_ids if t == pad_id)
+    if found != len(counts):
+        raise ValueError(f"the prompt has {found} image placeholders for {len(counts)} images")
+    out: list[int] = []
+    images = iter(counts)
+    for token in token_ids:
+        out.extend([token] * next(images) if token == pad_id else [token])
+    return out
+
+
+def pixel_inputs(processor: Any, images: list[Any]) -> dict[str, Any]:
+    """The vision inputs of one row's images (torch tensors): ``pixel_values`` ``[patches, C*T*P*P]`` and
+    ``image_grid_thw`` ``[images, 3]`` (patches = ``image_grid_thw.prod(-1).sum()``), and ``images_seqlens``
+    ``[images * t]`` (each image's ``h*w`` per temporal patch, as verl's agent loop gives its trainer)."""
+    import torch
+
+    image_processor = getattr(processor, "image_processor", processor)
+    out = image_processor(images=list(images), return_tensors="pt")
+    grid = out["image_grid_thw"]
+    return {
+        "pixel_values": out["pixel_values"],
+        "image_grid_thw": grid,
+        "images_seqlens": torch.repeat_interleave(grid[:, 1] * grid[:, 2], grid[:, 0]),
+    }
+
+
+def prefix_sharing_off_reason(max_image_history: int, prefix_sharing: bool) -> str | None:
+    """Why ``hardware.prefix_sharing`` is turned off for a run with images (one log line), or None: rows with
+    images carry ``multi_modal_inputs`` and three-row rotary positions, which the shared-prefix passes do not
+    handle, so every pass runs verl's own per-row path (docs/vision.md)."""
+    if max_image_history <= 0 or not prefix_sharing:
+        return None
+    return (
+        "hardware.prefix_sharing is off for this run: rows with images (memory.max_image_history > 0) take verl's "
+        "per-row passes (their vision inputs and multimodal rotary positions are not shared; docs/vision.md)"
+    )
+
+
+def rollout_processor(model_path: str, max_image_history: int) -> Any:
+    """The processor training's rollout builds image prompts and rows with (:func:`load_vision_processor`), or None
+    for a text-only run."""
+    return load_vision_processor(model_path) if max_image_history > 0 else None
 
 
 def text_only_model_problem(path: str, build_tiny: bool) -> str | None:

@@ -101,14 +101,14 @@ def test_negative_max_image_history_is_refused() -> None:
         SlidingMemory(max_image_history=-1)
 
 
-def test_images_switch_the_env_and_the_pool_on_and_the_rollout_refuses_them_until_it_sends_them() -> None:
+def test_images_switch_the_env_and_the_pool_on_and_the_rollout_needs_the_processor() -> None:
     from verlog.errors import ImageSetupError
     from verlog.rollout.build import build_rollout, image_pool_settings
 
     assert image_pool_settings({"a": 1}, MemoryConfig(), False) == ({"a": 1}, False)
     assert image_pool_settings({"a": 1}, MemoryConfig(), True) == ({"a": 1}, True)
     assert image_pool_settings({"a": 1}, MemoryConfig(max_image_history=2), False) == ({"a": 1, "images": True}, True)
-    with pytest.raises(ImageSetupError, match="does not send images to the model yet"):
+    with pytest.raises(ImageSetupError, match="needs the model's image processor"):
         build_rollout(
             env_id="toy/visual",
             env_kwargs={},

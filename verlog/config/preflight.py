@@ -72,7 +72,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
         problems += env_problems
         if not env_problems and not drop and not any(k.startswith(("evaluation", "seed", "iterations")) for k in bad):
             problems += check_evaluation(typed)
-    problems += _images_not_sent_yet(typed, problems)
+    problems += _images_with_a_critic(typed, problems)
     raise_if(problems)
     return typed
 
@@ -169,13 +169,20 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
     return []
 
 
-def _images_not_sent_yet(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
-    """An image setting that passes every check is still refused until the rollout sends images (one line)."""
-    from verlog.vision import NOT_SENT_YET, ROLLOUT_SENDS_IMAGES
+def _images_with_a_critic(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
+    """Images with an estimator that trains a critic: refused until the critic takes images (one line,
+    :func:`verlog.vision.critic_not_supported_yet`)."""
+    from verlog.estimators import get_estimator
+    from verlog.vision import critic_not_supported_yet
 
-    if cfg.memory.max_image_history <= 0 or ROLLOUT_SENDS_IMAGES or problems:
+    if cfg.memory.max_image_history <= 0 or problems:
         return []
-    return [Problem("memory.max_image_history", NOT_SENT_YET)]
+    try:
+        needs_critic = get_estimator(cfg.algorithm.estimator).needs_critic
+    except ValueError:  # reported by check_values
+        return []
+    problem = critic_not_supported_yet(cfg.memory.max_image_history, needs_critic, cfg.algorithm.estimator)
+    return [] if problem is None else [Problem("memory.max_image_history", problem)]
 
 
 def _image_tokens(cfg: TrainConfig) -> Any:

@@ -53,6 +53,8 @@ class TurnRow:
         task: the episode's task family in multi-task training (``env.tasks``), else "".
         policy_versions: the policy versions that wrote the response, ``(version, tokens)`` segments in order
             (:attr:`verlog.rollout.generator.Generation.versions`), or None when unknown.
+        images: the images the prompt showed, in prompt order ([H, W, 3] uint8 each; one per ``<|image_pad|>`` run
+            of ``prompt_ids``), sent with it to the model; the trainer's ``multi_modal_inputs`` (empty for text).
     """
 
     slot: int
@@ -83,6 +85,7 @@ class TurnRow:
     idle: bool = False
     task: str = ""
     policy_versions: tuple[tuple[int, int], ...] | None = None
+    images: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def oldest_version(self) -> int | None:

@@ -18,7 +18,7 @@ from verlog.rollout.generator import Generator
 from verlog.rollout.manager import RolloutManager, make_env_pool
 from verlog.sampling import SamplingConfig
 from verlog.tapes import frame_env_kwargs
-from verlog.vision import NOT_SENT_YET, ROLLOUT_SENDS_IMAGES
+from verlog.vision import ImageTokenCounter
 
 
 def build_rollout(
@@ -43,6 +43,7 @@ def build_rollout(
     generation_retries: int = 0,
     group_size: int | None = None,
     pipeline_groups: int | None = None,
+    processor: Any = None,
 ) -> RolloutManager:
     """The rollout of a training run.
 
@@ -56,10 +57,17 @@ def build_rollout(
         group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
         pipeline_groups: slot groups of the ``pipeline`` rollout (``rollout.pipeline_groups`` when
             ``rollout.async_mode=pipeline``), else None (lockstep).
+        processor: the vision-language model's processor (``verlog.vision.rollout_processor``) when
+            ``memory.max_image_history`` > 0: it counts each image's tokens (the memory's budget, the prompt's
+            expanded ``<|image_pad|>`` runs) and the trainer builds the rows' ``multi_modal_inputs`` with it.
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
-    if memory.max_image_history > 0 and not ROLLOUT_SENDS_IMAGES:
-        raise ImageSetupError(NOT_SENT_YET)
+    if memory.max_image_history > 0 and processor is None:
+        raise ImageSetupError(
+            "memory.max_image_history > 0 needs the model's image processor (verlog.vision.rollout_processor) to "
+            "build prompts with images"
+        )
+    image_tokens = ImageTokenCounter(processor) if memory.max_image_history > 0 else None
     env_kwargs, keep_images = image_pool_settings(env_kwargs, memory, frames)
     pool_env_id, pool_kwargs, task_curriculum = _pool_env(env_id, env_kwargs, tasks, curriculum, frames, seed)
     pool = make_env_pool(
@@ -80,13 +88,14 @@ def build_rollout(
             generator,
             sampling,
             max_prompt_tokens=max_prompt_tokens,
-            memory_factory=lambda: SlidingMemory.from_config(memory),
+            memory_factory=lambda: SlidingMemory.from_config(memory, image_tokens),
             seed=seed,
             run_id=run_id,
             generation_retries=generation_retries,
             group_size=group_size,
             curriculum=task_curriculum,
             pipeline_groups=pipeline_groups,
+            processor=processor if memory.max_image_history > 0 else None,
         )
     except BaseException:  # settings the manager refuses: stop the pool's workers before the error goes up
         pool.close()

@@ -35,10 +35,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One prompt to complete; ``request_id`` routes an episode's turns to the same server (prefix cache)."""
+    """One prompt to complete; ``request_id`` routes an episode's turns to the same server (prefix cache).
+
+    ``images``: the prompt's images in prompt order ([H, W, 3] uint8 each), one per ``<|image_pad|>`` run of
+    ``prompt_ids`` (empty for text). Only :class:`VerlServerGenerator` sends them."""
 
     request_id: str
     prompt_ids: list[int]
+    images: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,9 @@ MAX_RESUMES = 64
 
 
 class VerlServerGenerator:
-    """Generation through verl's vLLM async server: ``llm_client.generate(request_id, prompt_ids, sampling_params)``.
+    """Generation through verl's vLLM async server: ``llm_client.generate(request_id, prompt_ids, sampling_params)``,
+    with the request's images as ``image_data`` (vLLM runs the vision tower on them; verl's server folds each
+    expanded ``<|image_pad|>`` run back to one placeholder for vLLM's processor).
 
     A request that the server aborts part-way (``rollout.async_mode=in_flight``: verl's ``abort_all_requests``
     before a weight update) is resubmitted as prompt + the tokens written so far, with the remaining token budget,
@@ -135,7 +141,10 @@ class VerlServerGenerator:
                 "max_tokens": sampling.max_tokens - len(tokens),
             }
             output = await self.llm_client.generate(
-                request.request_id, prompt_ids=[*request.prompt_ids, *tokens], sampling_params=params
+                request.request_id,
+                prompt_ids=[*request.prompt_ids, *tokens],
+                sampling_params=params,
+                image_data=list(request.images) or None,
             )
             new = list(output.token_ids)
             tokens += new

@@ -61,6 +61,8 @@ class RolloutManager:
         curriculum: multi-task training: draws the task family of every new episode (:class:`RolloutSlots`).
         pipeline_groups: None or 1: lockstep turns; ``G >= 2``: ``G`` slot groups pipelined
             (:class:`~verlog.rollout.collectors.PipelinedCollector`), at most ``num_slots``; not with ``group_size``.
+        processor: the vision-language model's processor when prompts carry images (the trainer builds the rows'
+            ``multi_modal_inputs`` with it), else None.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class RolloutManager:
         group_size: int | None = None,
         curriculum: TaskCurriculum | None = None,
         pipeline_groups: int | None = None,
+        processor: Any = None,
     ) -> None:
         self.slots = RolloutSlots(
             pool,
@@ -94,6 +97,7 @@ class RolloutManager:
         self.pool = pool
         self.tokenizer = tokenizer
         self.generator = generator
+        self.processor = processor
         self.num_slots = self.slots.num_slots
         self.curriculum = curriculum
         self.policy = GeneratorPolicy(generator, tokenizer, sampling, retries=generation_retries)

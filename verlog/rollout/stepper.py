@@ -43,6 +43,7 @@ from verlog.memory import BuiltPrompt, SlidingMemory
 from verlog.rollout.batch import EpisodeStats, TurnRow
 from verlog.rollout.generator import Generation, GenerationRequest, Generator
 from verlog.sampling import SamplingConfig
+from verlog.vision import IMAGE_PAD, expand_image_pads
 
 FIRST_PROMPT_TRIES = 3
 """Episodes in a row a training slot may skip because their first observation does not fit the prompt budget."""
@@ -122,7 +123,7 @@ class GeneratorPolicy:
         self.retries_used = 0
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[Answer]:
-        requests = [GenerationRequest(i.episode_id, list(i.prompt.token_ids)) for i in inputs]
+        requests = [GenerationRequest(i.episode_id, list(i.prompt.token_ids), tuple(i.prompt.images)) for i in inputs]
         results: list[Generation | None] = [None] * len(requests)
         errors: list[str | None] = [None] * len(requests)
         todo = list(range(len(requests)))
@@ -336,7 +337,7 @@ class EpisodeStepper:
         ep.task = (task(slot) or "") if task is not None else ""
         memory = self.memories[slot]
         memory.reset(self.pool.instruction(slot))
-        memory.observe(obs.long_term, obs.short_term)
+        memory.observe(obs.long_term, obs.short_term, image=_prompt_image(memory, obs))
         self.images[slot] = getattr(obs, "image", None)
         self.open[slot] = True
 
@@ -365,9 +366,16 @@ class EpisodeStepper:
         return self._build(memory)
 
     def _build(self, memory: SlidingMemory) -> BuiltPrompt:
+        """The memory's prompt; with images, its token ids as the model reads them: each ``<|image_pad|>`` the
+        chat template wrote repeated as many times as its image has tokens (``BuiltPrompt.num_tokens`` ids)."""
         if self.tokenizer is None:
             return BuiltPrompt(memory.messages(), [], 0, len(memory.history), False)
-        return memory.build_prompt(self.tokenizer, self.max_prompt_tokens)
+        built = memory.build_prompt(self.tokenizer, self.max_prompt_tokens)
+        if built.images and memory.image_tokens is not None:
+            pad_id = int(self.tokenizer.convert_tokens_to_ids(IMAGE_PAD))
+            counts = [int(memory.image_tokens(image)) for image in built.images]
+            built.token_ids = expand_image_pads(built.token_ids, pad_id, counts)
+        return built
 
     def bootstrap_prompt(self, slot: int) -> list[int]:
         """Token ids of the prompt ``slot``'s open episode continues with (``V(s_{t+1})`` for the critic)."""
@@ -473,6 +481,7 @@ class EpisodeStepper:
             frame=self.images[turn.slot],
             task=ep.task,
             policy_versions=answer.versions,
+            images=list(turn.prompt.images),
         )
 
     def _apply(
@@ -499,7 +508,7 @@ class EpisodeStepper:
         memory.record(answer.text, row.action)
         stepped = Stepped(row=row, prompt=turn.prompt, answer=answer, info=final_info)
         if not ended:
-            memory.observe(obs.long_term, obs.short_term)
+            memory.observe(obs.long_term, obs.short_term, image=_prompt_image(memory, obs))
             overflow = self._overflow(slot) if continue_episodes else None
             if overflow is None:
                 self.images[slot] = getattr(obs, "image", None)
@@ -513,7 +522,7 @@ class EpisodeStepper:
         if row.truncated and self.bootstrap_prompts:  # bootstrap V(s_{t+1}) from the state the episode was cut in
             final_obs = info.get("final_observation")
             if final_obs is not None:
-                memory.observe(final_obs.long_term, final_obs.short_term)
+                memory.observe(final_obs.long_term, final_obs.short_term, image=_prompt_image(memory, final_obs))
                 row.bootstrap_prompt_ids = list(self._build(memory).token_ids)  # the episode's last instruction
             else:
                 row.bootstrap_prompt_ids = list(row.prompt_ids)
@@ -561,3 +570,11 @@ class EpisodeStepper:
             f"slot {slot}: the first observation of {FIRST_PROMPT_TRIES} episodes in a row does not fit the prompt "
             f"budget ({problem}); raise rollout.max_prompt_tokens or make the env's observations shorter"
         )
+
+
+def _prompt_image(memory: SlidingMemory, obs: Any) -> Any:
+    """The observation's image for the memory's prompts, or None: only a memory that shows images
+    (``max_image_history`` > 0) and can count their tokens takes it (evaluation's memories stay text only)."""
+    if memory.max_image_history <= 0 or memory.image_tokens is None:
+        return None
+    return getattr(obs, "image", None)

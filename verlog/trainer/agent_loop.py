@@ -26,6 +26,7 @@ from verlog.rollout.batch import TurnBatch
 from verlog.rollout.iteration import RolloutRecord, collect_iteration
 from verlog.rollout.manager import RolloutManager
 from verlog.trainer.async_rollout import RolloutAhead
+from verlog.trainer.vision_rows import image_row_metrics, vision_columns
 
 
 def version_metrics(batch: TurnBatch) -> dict[str, float]:
@@ -87,6 +88,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
             record.metrics.update({**overlap, **version_metrics(record.batch)})
             elapsed = overlap["async/wait_s"]  # verl's "gen" time: what the trainer waited for
         record.step = step
+        if getattr(self.rollout, "processor", None) is not None:  # prompts with images (memory.max_image_history > 0)
+            record.metrics.update(image_row_metrics(record.batch.rows))
         self.last_rollout = record
         return self.to_dataproto(record.batch, elapsed)
 
@@ -102,7 +105,8 @@ class VerlogAgentLoopManager(AgentLoopManager):
         turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
         list, or None: what the trainer's value step reads), generation_failed, policy_version (the oldest policy
         version among the row's tokens, -1 when unknown), task in multi-task training and, for group rollouts,
-        group_id, anchor, trained.
+        group_id, anchor, trained. With images (the rollout has a processor), ``multi_modal_inputs`` holds each
+        row's vision inputs and ``position_ids`` are ``[B, 4, L]`` (:mod:`verlog.trainer.vision_rows`).
         """
         rollout_config = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
@@ -125,6 +129,11 @@ class VerlogAgentLoopManager(AgentLoopManager):
             ),
             "multi_modal_inputs": np.array([{} for _ in rows], dtype=object),
         }
+        if getattr(self.rollout, "processor", None) is not None:
+            positions, column = vision_columns(
+                self.rollout.processor, rows, laid_out["input_ids"], laid_out["attention_mask"]
+            )
+            tensors["position_ids"], non_tensors["multi_modal_inputs"] = positions, column
         if any(r.task for r in rows):  # multi-task training: each row's task family (the curriculum's arms)
             non_tensors["task"] = np.array([r.task for r in rows], dtype=object)
         if batch.group_size is not None:  # group rollouts: what GRPO / GiGPO group by, and which rows they train

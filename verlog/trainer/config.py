@@ -132,7 +132,18 @@ def _rollout_overrides(cfg: TrainConfig) -> list[str]:
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={AGENT_LOOP_MANAGER}",
+        *_image_limit_overrides(cfg.memory.max_image_history),
     ]
+
+
+def _image_limit_overrides(max_image_history: int) -> list[str]:
+    """vLLM's images per prompt for a run with images (``limit_mm_per_prompt``, no videos: verlog.vision)."""
+    if max_image_history <= 0:
+        return []
+    from verlog.vision import vllm_mm_limits
+
+    limits = ",".join(f"{k}:{v}" for k, v in vllm_mm_limits(max_image_history).items())
+    return [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={{{limits}}}"]
 
 
 def _critic_overrides(cfg: TrainConfig) -> list[str]:

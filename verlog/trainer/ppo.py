@@ -63,6 +63,7 @@ from verlog.trainer.model_passes import ModelPasses
 from verlog.trainer.run_state import RunState
 from verlog.trainer.seams import check_seams
 from verlog.trainer.step_value import StepValue
+from verlog.vision import rollout_processor
 
 
 class TickDataset(Dataset):
@@ -161,6 +162,7 @@ class VerlogPPOTrainer(RunState, ModelPasses):
             generation_retries=settings.rollout.generation_retries,
             group_size=settings.rollout.group_size if self._estimator().grouping is Grouping.GROUPS else None,
             pipeline_groups=self._async_mode().pipeline_groups(settings.rollout),
+            processor=rollout_processor(settings.model.path, settings.memory.max_image_history),
         )
         if pool_arguments["backend"] == "ray":
             say(f"[verlog] env workers: {ray_workers_line(rollout.pool, pool_arguments['ray_options'])}")

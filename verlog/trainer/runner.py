@@ -165,6 +165,7 @@ def train(cfg: TrainConfig) -> Path:
     (checkpoints, metrics.jsonl, config.yaml)."""
     from verlog.run_folder import RunFolder
     from verlog.trainer.config import build_verl_config
+    from verlog.vision import prefix_sharing_off_reason
 
     out = Path(cfg.output_dir).absolute()
     run = RunFolder(out)
@@ -173,6 +174,10 @@ def train(cfg: TrainConfig) -> Path:
     if model.build_tiny or os.path.exists(os.path.expanduser(model.path)):  # a local folder: absolute for the workers
         model = dataclasses.replace(model, path=str(Path(model.path).expanduser().absolute()))
     with_abs = dataclasses.replace(cfg, output_dir=str(out), model=model)
+    unshared = prefix_sharing_off_reason(cfg.memory.max_image_history, cfg.hardware.prefix_sharing)
+    if unshared is not None:
+        say(f"[verlog] {unshared}")
+        with_abs = dataclasses.replace(with_abs, hardware=dataclasses.replace(cfg.hardware, prefix_sharing=False))
     _platform_env(with_abs)
     _tracker_env(with_abs)
     prepare_model(with_abs)

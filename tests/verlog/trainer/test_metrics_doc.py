@@ -32,6 +32,7 @@ def test_the_table_parses_and_names_each_metric_once():
         "async, evaluation",
         "prefix_sharing",
         "lora",
+        "images",
     }
 
 

@@ -1,0 +1,106 @@
+"""Rows with images (issue 35, docs/vision.md): the rollout's prompts hold each image's expanded ``<|image_pad|>`` run
+and carry the images; the trainer's rows get ``multi_modal_inputs`` and verl's four position rows, checked against
+the processor, verl's ``get_rope_index`` and the model's own rotary positions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from verlog.memory import SlidingMemory
+from verlog.rollout.manager import make_env_pool
+from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, PolicyInput
+from verlog.vision import IMAGE_PAD, ImageTokenCounter, expand_image_pads, load_tiny_vlm_processor
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from verlog.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model")
+
+
+@pytest.fixture(scope="module")
+def processor(vlm: Path):
+    return load_tiny_vlm_processor(vlm)
+
+
+@pytest.fixture(scope="module")
+def played(processor):
+    """Two slots of toy/visual (3 turns an episode) played 3 turns with memory n=1, max_image_history=2: the rows
+    and the policy inputs."""
+    pool = make_env_pool("toy/visual", 2, env_kwargs={"length": 3}, keep_images=True, seed=3)
+    counter = ImageTokenCounter(processor)
+    memories = [SlidingMemory(n=1, max_image_history=2, image_tokens=counter) for _ in range(2)]
+    stepper = EpisodeStepper(pool, processor.tokenizer, memories, max_prompt_tokens=400)
+    seen: list[PolicyInput] = []
+
+    def answer(turn: PolicyInput) -> str:
+        seen.append(turn)
+        return "THINK: red\nACTION: turn left"
+
+    policy = CallbackPolicy(answer, processor.tokenizer)
+    stepper.reset(3)
+    rows = [s.row for _ in range(3) for s in stepper.step(policy)]
+    pool.close()
+    return rows, seen
+
+
+def test_prompts_hold_the_processors_expanded_ids_and_their_images(processor, played) -> None:
+    rows, seen = played
+    assert [len(r.images) for r in rows] == [1, 1, 2, 2, 2, 2]  # the second turn shows the previous image too
+    for turn, row in zip(seen, rows):
+        expected = processor(text=[turn.prompt.text], images=turn.prompt.images, return_tensors="pt")["input_ids"]
+        assert row.prompt_ids == expected[0].tolist() == turn.prompt.token_ids
+        assert len(row.prompt_ids) == turn.prompt.num_tokens
+        assert all(a is b for a, b in zip(row.images, turn.prompt.images))
+
+
+def test_expand_image_pads_refuses_counts_that_do_not_pair_up() -> None:
+    assert expand_image_pads([1, 9, 2, 9], 9, [2, 3]) == [1, 9, 9, 2, 9, 9, 9]
+    with pytest.raises(ValueError, match="2 image placeholders for 1 images"):
+        expand_image_pads([1, 9, 2, 9], 9, [2])
+
+
+def test_vision_columns_match_verls_functions_and_the_models_own_positions(vlm, processor, played) -> None:
+    from transformers import Qwen2VLForConditionalGeneration
+    from verl.models.transformers.qwen2_vl import get_rope_index
+    from verl.utils.model import extract_multi_modal_inputs
+
+    from verlog.rollout.batch import TurnBatch
+    from verlog.trainer.vision_rows import ImageRowError, image_row_metrics, vision_columns
+
+    rows, _ = played
+    batch = TurnBatch(rows)
+    laid = batch.to_tensors(processor.tokenizer.pad_token_id, 400, 16)
+    positions, column = vision_columns(processor, rows, laid["input_ids"], laid["attention_mask"])
+    assert positions.shape == (len(rows), 4, 416)
+    model = Qwen2VLForConditionalGeneration.from_pretrained(vlm, attn_implementation="sdpa").eval()
+    for i, row in enumerate(rows):
+        grid = column[i]["image_grid_thw"]
+        assert grid.shape == (len(row.images), 3)
+        assert column[i]["pixel_values"].shape[0] == int(grid.prod(dim=-1).sum())
+        assert column[i]["images_seqlens"].tolist() == (grid[:, 1] * grid[:, 2]).tolist()
+        keep = laid["attention_mask"][i].bool()
+        ids = laid["input_ids"][i][keep]
+        assert torch.equal(positions[i, 1:, keep], get_rope_index(processor, input_ids=ids, image_grid_thw=grid))
+        assert torch.equal(positions[i, 0, keep], torch.arange(len(ids)))
+        with torch.no_grad():  # our positions give the logits the model gives with the positions it computes itself
+            inputs = {"pixel_values": column[i]["pixel_values"], "image_grid_thw": grid}
+            ours = model(input_ids=ids[None], position_ids=positions[i, :, keep][:, None], **inputs).logits
+            kinds = (ids == processor.image_token_id).int()[None]  # the model's own positions need the image tokens
+            own = model(input_ids=ids[None], mm_token_type_ids=kinds, **inputs).logits
+        torch.testing.assert_close(ours, own)
+    merged = extract_multi_modal_inputs(list(column))  # what verl's FSDP engine feeds the model for a micro-batch
+    assert merged["pixel_values"].shape[0] == sum(int(c["image_grid_thw"].prod(-1).sum()) for c in column)
+    assert image_row_metrics(rows) == {"rollout/image_rows": 6.0, "rollout/images_per_row": pytest.approx(5 / 3)}
+    rows[0].images = rows[0].images * 2  # two images for one placeholder run: the row cannot be trained on
+    with pytest.raises(ImageRowError, match="holds 4 image tokens for 2 image"):
+        vision_columns(processor, rows[:1], laid["input_ids"][:1], laid["attention_mask"][:1])
+
+
+def test_the_pad_token_is_the_templates_placeholder(processor) -> None:
+    pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    assert pad == processor.image_token_id
