@@ -34,6 +34,17 @@ def critic_not_supported_yet(max_image_history: int, needs_critic: bool, estimat
     )
 
 
+def evaluation_not_supported_yet(max_image_history: int, evaluation_every: int) -> str | None:
+    """The launch refusal of images with in-training evaluation, or None: ``verlog eval``'s runner builds text
+    prompts, so a visual env would be evaluated without its images (docs/vision.md, Next)."""
+    if max_image_history <= 0 or evaluation_every <= 0:
+        return None
+    return (
+        "memory.max_image_history > 0 with evaluation.every > 0: evaluation does not send images to the model yet "
+        "(docs/vision.md, Next), so it would score a visual env on text alone: set evaluation.every=0"
+    )
+
+
 def read_model_config(folder: str | Path) -> dict[str, Any] | None:
     """The folder's ``config.json`` as a dict, or None when it has none (a hub name, a missing folder)."""
     path = Path(folder) / "config.json"

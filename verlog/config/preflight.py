@@ -170,19 +170,23 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
 
 
 def _images_with_a_critic(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
-    """Images with an estimator that trains a critic: refused until the critic takes images (one line,
-    :func:`verlog.vision.critic_not_supported_yet`)."""
+    """Images with an estimator that trains a critic, or with in-training evaluation: refused until those take
+    images (one line each, :func:`verlog.vision.critic_not_supported_yet`, ``evaluation_not_supported_yet``)."""
     from verlog.estimators import get_estimator
-    from verlog.vision import critic_not_supported_yet
+    from verlog.vision import critic_not_supported_yet, evaluation_not_supported_yet
 
-    if cfg.memory.max_image_history <= 0 or problems:
+    k = cfg.memory.max_image_history
+    if k <= 0 or problems:
         return []
     try:
         needs_critic = get_estimator(cfg.algorithm.estimator).needs_critic
     except ValueError:  # reported by check_values
         return []
-    problem = critic_not_supported_yet(cfg.memory.max_image_history, needs_critic, cfg.algorithm.estimator)
-    return [] if problem is None else [Problem("memory.max_image_history", problem)]
+    found = [
+        critic_not_supported_yet(k, needs_critic, cfg.algorithm.estimator),
+        evaluation_not_supported_yet(k, cfg.evaluation.every),
+    ]
+    return [Problem("memory.max_image_history", problem) for problem in found if problem is not None]
 
 
 def _image_tokens(cfg: TrainConfig) -> Any:
