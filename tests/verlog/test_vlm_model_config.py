@@ -1,0 +1,53 @@
+"""configs/model/qwen2.5-vl-3b-instruct.yaml: the GPU recipes with the Qwen2.5-VL-3B model config at --dry-run, and
+the image-token numbers its header states (docs/vision.md, "GPU settings")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_recipes import VERLOG_SETTINGS, dry_run, run_recipe
+
+VLM = "Qwen/Qwen2.5-VL-3B-Instruct"
+RECIPE = "recipes/babyai/qwen2.5-3b_4xa40.sh"  # one recipe: the model config is the same in the Crafter one
+
+
+def test_gpu_recipe_with_the_vlm_resolves_text_only() -> None:
+    script = RECIPE
+    cfg, _ = dry_run(script, "model=qwen2.5-vl-3b-instruct", MODEL_PATH=VLM)
+    want = VERLOG_SETTINGS[script]
+    assert (cfg["model"]["name"], cfg["model"]["path"], cfg["model"]["build_tiny"]) == ("qwen2.5-vl-3b", VLM, False)
+    assert cfg["memory"]["max_image_history"] == 0  # images are the user's switch (the header's command)
+    ro = cfg["rollout"]
+    assert (ro["num_slots"], ro["turns_per_slot"]) == (want["slots"], want["turns"])  # the recipe's numbers stay
+    assert ro["max_prompt_tokens"] == want["prompt"]
+
+
+def test_with_images_the_dry_run_needs_the_downloaded_processor() -> None:
+    """Here (no downloads) the model's image processor cannot be read, and the launch check says so in one line; on a
+    machine with the model (a local folder or the Hugging Face cache) this check passes."""
+    proc = run_recipe(RECIPE, "--dry-run", "model=qwen2.5-vl-3b-instruct", "memory.max_image_history=1", MODEL_PATH=VLM)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("verlog train: error: memory.max_image_history: the image processor of " + VLM)
+    assert "memory.max_image_history=0" in last
+
+
+@pytest.mark.parametrize(("env_id", "side", "tokens"), [("babyai/goto", 112, 16), ("crafter/default", 256, 81)])
+def test_image_tokens_of_a_frame_with_qwen2_5_vl_image_settings(env_id: str, side: int, tokens: int) -> None:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    import envs
+    from verlog.vision import image_token_count
+
+    env = envs.make(env_id, images=True)
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    assert obs.image.shape == (side, side, 3)
+    # Qwen2.5-VL-3B-Instruct's preprocessor_config.json: 14x14 patches, 2 frames a patch, 2x2 merge, these bounds
+    processor = Qwen2VLImageProcessorPil(
+        min_pixels=3136, max_pixels=12845056, patch_size=14, temporal_patch_size=2, merge_size=2
+    )
+    assert image_token_count(processor, obs.image) == tokens
+    assert image_token_count(processor, np.zeros_like(obs.image)) == tokens  # the size decides, not the pixels
