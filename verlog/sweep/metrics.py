@@ -101,6 +101,7 @@ VERLOG_METRICS: Mapping[str, str] = {
         "prefix_sharing",
     ),
     **dict.fromkeys(("check/lora_server_gap", "check/lora_base_gap"), "lora"),
+    **dict.fromkeys(("rollout/image_rows", "rollout/images_per_row"), "images"),
     **dict.fromkeys(("adv/trace_weight_mean", "adv/trace_weight_min"), "vtrace"),
     **dict.fromkeys(
         ("adv/episode_mean_abs", "adv/step_mean_abs", "adv/anchor_groups", "adv/anchor_shared_ratio"), "gigpo"
@@ -255,6 +256,10 @@ def condition_problem(name: str, cfg: Any) -> str | None:
         "multi-task": (not cfg.env.tasks, "it is logged per task family and env.tasks is empty"),
         "prefix_sharing": (not cfg.hardware.prefix_sharing, "hardware.prefix_sharing is false"),
         "lora": (int(cfg.model.lora.rank) == 0, "it is logged by LoRA runs and model.lora.rank=0"),
+        "images": (
+            int(cfg.memory.max_image_history) == 0,
+            "it is logged when prompts carry images and memory.max_image_history=0",
+        ),
     }
     for condition in (c.strip() for c in when.split(",")):
         never, why = unmet.get(condition, (False, ""))

@@ -59,6 +59,7 @@ def _cfg(**changes: object) -> SimpleNamespace:
         env=SimpleNamespace(tasks={}),
         hardware=SimpleNamespace(prefix_sharing=True),
         model=SimpleNamespace(lora=SimpleNamespace(rank=0)),
+        memory=SimpleNamespace(max_image_history=0),
     )
     for key, value in changes.items():
         section, name = key.split("__")
@@ -78,5 +79,7 @@ def test_a_metric_the_trials_settings_never_log_is_named() -> None:
     lora = _cfg()
     lora.model.lora.rank = 8
     assert condition_problem("check/lora_server_gap", lora) is None
+    assert "memory.max_image_history=0" in str(condition_problem("rollout/image_rows", _cfg()))
+    assert condition_problem("rollout/images_per_row", _cfg(memory__max_image_history=2)) is None
     assert "Did you mean eval/pickup/success?" in str(condition_problem("eval/pikup/success", _cfg(env__tasks=tasks)))
     assert condition_problem("actor/pg_loss", _cfg()) is None and condition_problem("env/episodes", _cfg()) is None
