@@ -10,8 +10,8 @@
    subset of slots and scaled linearly to B rows: the loops are linear in the number of rows).
 2. Prompt tokens against turn index over 400-turn Crafter episodes, with the sliding memory (n = 1) and with the
    whole history, and prompts built per second. Uses ``envs.make("crafter/default")`` when that env is registered,
-   else Crafter-like synthetic observations (said in the output). The tokenizer is verlog.testing's small BPE trained
-   on Crafter-like text, so token counts are indicative (a Qwen tokenizer gives other absolute numbers).
+   else Crafter-like synthetic observations (said in the output). The tokenizer is verlog.models.tiny_model's small BPE
+   trained on Crafter-like text, so token counts are indicative (a Qwen tokenizer gives other absolute numbers).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verlog.advantage import dual_discount_gae, masked_whiten
-from verlog.memory import SlidingMemory
+from verlog.algorithms.dual_gae import dual_discount_gae, masked_whiten
+from verlog.prompting.memory import SlidingMemory
 
 _CLOCK = {"now": time.perf_counter}
 
@@ -161,10 +161,10 @@ def bench_gae(rows: int, width: int, turns: int, device: str, repeats: int, loop
 
 
 def _test_reference():
-    """``reference_gae`` from tests/verlog/test_advantage.py (loaded by path), or None outside a checkout."""
+    """``reference_gae`` from tests/verlog/algorithms/test_advantage.py (loaded by path), or None outside a checkout."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "tests" / "verlog" / "test_advantage.py"
+    path = Path(__file__).resolve().parents[1] / "tests" / "verlog" / "algorithms" / "test_advantage.py"
     if not path.exists():
         return None
     spec = importlib.util.spec_from_file_location("_verlog_test_advantage", path)
@@ -210,7 +210,7 @@ def crafter_source(turns: int):
         return "envs.make('crafter/default')", env.instruction, out
     except Exception as exc:  # the Crafter env is written in parallel; fall back to synthetic texts
         rng = random.Random(0)
-        from verlog.testing import DEFAULT_CORPUS
+        from verlog.models.tiny_model import DEFAULT_CORPUS
 
         instruction = "\n".join(DEFAULT_CORPUS[16:20] * 6)
         return (
@@ -221,7 +221,7 @@ def crafter_source(turns: int):
 
 
 def bench_memory(turns: int) -> None:
-    from verlog.testing import DEFAULT_CORPUS, train_tokenizer
+    from verlog.models.tiny_model import DEFAULT_CORPUS, train_tokenizer
 
     source, instruction, observations = crafter_source(turns)
     rng = random.Random(1)
@@ -232,7 +232,8 @@ def bench_memory(turns: int) -> None:
     def response(t: int) -> str:  # a different output every turn, as a model's would be
         return f"THINK: turn {t}: the tree is north-west, so I move north first and then west. ACTION: Move North"
 
-    from verlog.memory import _ENCODERS  # the piece cache: emptied before each run so runs do not warm each other
+    # the piece cache: emptied before each run so runs do not warm each other
+    from verlog.prompting.memory import _ENCODERS
 
     checkpoints = sorted({0, 1, 2, 10, 50, 100, 200, turns - 1} & set(range(turns)))
     rows = {}

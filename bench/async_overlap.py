@@ -97,8 +97,8 @@ def train(run: Path, model: Path, overrides: list[str], ray_dir: str) -> Path:
 
 
 def iterations(run: Path) -> list[dict[str, Any]]:
-    from verlog.files import read_jsonl
-    from verlog.run_folder import RunFolder
+    from verlog.run.files import read_jsonl
+    from verlog.run.folder import RunFolder
 
     rows = read_jsonl(RunFolder(run).metrics)
     return sorted((r for r in rows if "training/global_step" in r), key=lambda r: r["step"])

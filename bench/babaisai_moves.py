@@ -25,7 +25,7 @@ import numpy as np
 
 from envs.babaisai import BabaIsAIEnv, solve_board
 from verlog.errors import VerlogError
-from verlog.logs import TurnLog, group_episodes, read_turn_logs
+from verlog.tapes.record import TurnLog, group_episodes, read_turn_logs
 
 RANDOM_SEED_START = 3_000_000  # the random baseline's levels: outside every recipe's seed ranges
 

@@ -153,7 +153,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=REPO / "outputs" / "bench_lora")
     p.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "lora.json")
     a = p.parse_args()
-    from verlog.testing import build_tiny_model
+    from verlog.models.tiny_model import build_tiny_model
 
     model = a.work / "model"
     sizes = dict(

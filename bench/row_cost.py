@@ -3,10 +3,10 @@
 Two measurements, each on the same rows both ways in one invocation (docs/benchmarks.md, "Row cost"):
 
 - ``passes`` (default; minutes): the five training passes of one rank, in this process, on a real batch of each game
-  (rows collected from the env through the sliding memory, verlog.testing.collect_turn_rows): old log-probs, reference
-  log-probs, critic values (forward only), critic update and actor update (forward and backward). ``off`` is verl's
-  per-row path as its FSDP engine runs it without remove-padding (each micro-batch right-padded to its longest row,
-  logits, log-softmax and entropy at every position); ``on`` is verlog's engine path (rows ordered by
+  (rows collected from the env through the sliding memory, verlog.models.tiny_model.collect_turn_rows): old log-probs,
+  reference log-probs, critic values (forward only), critic update and actor update (forward and backward). ``off`` is
+  verl's per-row path as its FSDP engine runs it without remove-padding (each micro-batch right-padded to its longest
+  row, logits, log-softmax and entropy at every position); ``on`` is verlog's engine path (rows ordered by
   order_for_sharing, one packed forward per micro-batch, outputs at the read positions only).
 - ``iteration`` (about 4 minutes per run): ``verlog train`` on BabyAI goto with the learning recipe's batch
   (16 slots x 12 turns, memory 1, the 0.4M model, 2 ranks), ``hardware.prefix_sharing`` false then true, verl's own
@@ -128,7 +128,7 @@ def _time_pass(
 
 def measure_passes(batch_name: str, model_path: Path, tokenizer: Any, micro: int, ranks: int, repeats: int) -> dict:
     """One rank's five passes on ``batch_name``'s rows, both ways; seconds per pass."""
-    from verlog.testing import collect_turn_rows
+    from verlog.models.tiny_model import collect_turn_rows
     from verlog.trainer.prefix_sharing import batch_sharing_stats, order_for_sharing
 
     env_id, slots, turns, memory_n = BATCHES[batch_name]
@@ -196,8 +196,8 @@ def measure_iteration(model_path: Path, iterations: int, sharing: bool, folder: 
     (folder / f"sharing_{str(sharing).lower()}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"verlog train failed (sharing={sharing}); log in {folder}")
-    from verlog.files import read_jsonl
-    from verlog.run_folder import RunFolder
+    from verlog.run.files import read_jsonl
+    from verlog.run.folder import RunFolder
 
     records = read_jsonl(RunFolder(out_dir).metrics)
     records = [r for r in records if "training/global_step" in r][1:]  # the first iteration starts the engines
@@ -214,7 +214,7 @@ def measure_iteration(model_path: Path, iterations: int, sharing: bool, folder: 
 
 
 def _build_model(folder: Path) -> Path:
-    from verlog.testing import build_tiny_model
+    from verlog.models.tiny_model import build_tiny_model
 
     path = folder / "model"
     if not (path / "config.json").exists():

@@ -9,7 +9,7 @@ docs/benchmarks.md, "Soak" and "Env isolation".
 Soak: every iteration runs, for each game, what a training iteration runs outside verl, through the library's own
 iteration function (``verlog.rollout.iteration.run_iteration``, whose pieces the trainer's seams call):
 ``RolloutManager.collect`` over an ``envs.pool.EnvPool`` with 2 subprocess workers (the sliding memory builds every
-prompt with a real tokenizer), ``TurnBatch.to_tensors``, the ``dual_gae`` estimator of verlog/estimators.py
+prompt with a real tokenizer), ``TurnBatch.to_tensors``, the ``dual_gae`` estimator of verlog/algorithms/estimators.py
 (``dual_discount_gae``, whitening, its metrics; the non-finite checks) on made-up critic values, ``TrainingTapes``
 (``tapes/train.jsonl``) and the JSON-lines logs (``metrics.jsonl``, ``rollout.jsonl``). No model: a scripted
 generator answers each request at once with a valid action of the game, and no PPO update runs. The games are the
@@ -20,7 +20,7 @@ and shows a long-lived worker's memory.
 
 Checked and reported: resident memory (RSS) of the main process and of the workers every ``--report-every``
 iterations and its growth from ``--warmup`` to the end (before that the main process's RSS rises by about 8% while
-the tokenizer's and verlog/memory.py's prompt-piece caches fill, both bounded), open file descriptors, child
+the tokenizer's and verlog/prompting/memory.py's prompt-piece caches fill, both bounded), open file descriptors, child
 processes left after the pools close, rows lost (a batch with fewer than slots x turns rows, or a slot whose turns
 skip or repeat across iterations), faults injected (each worker appends a line to ``faults.jsonl`` before it
 misbehaves) and recovered (the faulted turn's row carries ``env_error`` and its slot goes on with a fresh episode),
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from verlog.run_folder import RunFolder
+from verlog.run.folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ("babyai", "babaisai", "crafter")
@@ -188,8 +188,9 @@ def game_config(name: str) -> tuple[str, dict[str, Any]]:
 
 
 def build_tokenizer(games: tuple[str, ...] = GAMES) -> Any:
-    """A byte-level BPE tokenizer with a chat template, trained on the games' text (verlog.testing; no download)."""
-    from verlog.testing import DEFAULT_CORPUS, env_corpus, train_tokenizer
+    """A byte-level BPE tokenizer with a chat template, trained on the games' text (verlog.models.tiny_model; no
+    download)."""
+    from verlog.models.tiny_model import DEFAULT_CORPUS, env_corpus, train_tokenizer
 
     corpus = list(DEFAULT_CORPUS)
     for name in games:
@@ -211,9 +212,9 @@ def make_manager(
     pool: Any, tokenizer: Any, actions: list[str], *, seed: int, run_id: str, max_prompt_tokens: int
 ) -> Any:
     """The training rollout on ``pool`` with the training defaults (memory n=1, sampling, one generation retry)."""
-    from verlog.memory import MemoryConfig, SlidingMemory
+    from verlog.prompting.memory import MemoryConfig, SlidingMemory
+    from verlog.prompting.sampling import SamplingConfig
     from verlog.rollout.manager import RolloutManager
-    from verlog.sampling import SamplingConfig
 
     return RolloutManager(
         pool,
@@ -269,7 +270,7 @@ class SoakGame:
 
     def __init__(self, name: str, folder: Path, tokenizer: Any, args: argparse.Namespace, rates: dict) -> None:
         from envs.pool import EnvPool
-        from verlog.tapes import TapesConfig, TrainingTapes
+        from verlog.tapes.recorders import TapesConfig, TrainingTapes
 
         self.name = name
         self.folder = folder / name
@@ -470,7 +471,7 @@ def summarize(
     trackers: list[int],
     elapsed: float,
 ) -> dict[str, Any]:
-    from verlog.files import read_jsonl
+    from verlog.run.files import read_jsonl
 
     warm = next(s for s in snapshots if s["iteration"] == args.warmup)
     end = snapshots[-1]

@@ -11,7 +11,7 @@ Registered as :data:`MULTITASK_ENV_ID` (``"multitask"``), so an :class:`envs.poo
                                                  "env_kwargs": {"parse_mode": "lenient"}})
 
 and the pool's ``set_next_options(slot, {"task": "pickup"})`` chooses the task of the slot's next episode, which
-the worker's auto-reset uses (the curriculum lives in the main process, ``verlog.curriculum``).
+the worker's auto-reset uses (the curriculum lives in the main process, ``verlog.algorithms.curriculum``).
 
 States (``get_state``/``set_state``) are checksummed (``envs.sealed``) and hold the task list (name -> env id), the
 active family and the active sub-env's own state (which carries its env id and kind); ``set_state`` refuses a state

@@ -1,7 +1,7 @@
 """Settings and fixtures shared by the whole test suite.
 
 Environment: offline Hugging Face, no usage reporting, Ray without an auth token in the home folder, a small vLLM
-KV cache. Fixtures: ``tiny_model`` (one tiny Qwen2 model per test session, built locally by verlog.testing).
+KV cache. Fixtures: ``tiny_model`` (one tiny Qwen2 model per test session, built locally by verlog.models.tiny_model).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ for _key, _value in _TEST_ENV.items():
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Qwen2 model folder (148k parameters, head_dim 32), shared by the session."""
-    from verlog.testing import build_tiny_model
+    from verlog.models.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
 
@@ -46,7 +46,7 @@ def tokenizer(tiny_model: Path):
 @pytest.fixture(scope="session", autouse=True)
 def _clean_engine_leftovers():
     """vLLM and verl leave shared-memory segments and /tmp files behind: remove those no live process uses."""
-    from verlog.testing import clean_engine_leftovers
+    from verlog.models.tiny_model import clean_engine_leftovers
 
     yield
     clean_engine_leftovers()

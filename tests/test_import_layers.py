@@ -30,28 +30,22 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog",
             "verlog.version",
             "verlog.errors",
-            "verlog.files",
-            "verlog.fault_points",
-            "verlog.logs",
-            "verlog.run_folder",
+            "verlog.algorithms.*",  # the estimators' maths and the curriculum (their registry: the config layer)
+            "verlog.run.*",
+            "verlog.tapes.*",
+            "verlog.prompting.*",
+            "verlog.models",
             "verlog.console",
-            "verlog.memory",
-            "verlog.prompt_budget",
-            "verlog.model_folder",
-            "verlog.vision",
-            "verlog.output_folder",
-            "verlog.sampling",
-            "verlog.advantage",
-            "verlog.group_advantage",
-            "verlog.curriculum",
-            "verlog.tapes",
+            "verlog.models.folder",
+            "verlog.models.vision",
             "verlog.eval.protocol",
             "verlog.eval.training",
         ),
     ),
     # the typed training config and its checks: envs and plain modules only; the estimators' and the async modes'
-    # registries (each entry declares its config checks, which the checks ask it for)
-    ("config", ("verlog.config.*", "verlog.estimators", "verlog.async_modes")),
+    # registries (each entry declares its config checks, which the checks ask it for): algorithms/estimators.py
+    # sits in the folder of the maths it registers, config/async_modes.py beside the checks
+    ("config", ("verlog.config.*", "verlog.algorithms.estimators")),
     (
         "library",  # rollout, evaluation, demos, SFT, viewer, the CPU platform: never the config or the trainer
         (
@@ -60,11 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "verlog.platform.*",
             "verlog.sft.*",
             "verlog.viewer.*",
-            "verlog.demos",
-            "verlog.warm_start",
-            "verlog.testing",
-            "verlog.tiny_vlm",
-            "verlog.run_summary",
+            "verlog.models.*",  # the tiny models' builders
         ),
     ),
     # the recipes' results pages (docs/results/): read run folders, evaluations and the library's statistics

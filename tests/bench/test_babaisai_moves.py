@@ -9,7 +9,7 @@ from pathlib import Path
 from bench_script import load
 
 from envs.babaisai import BabaIsAIEnv, solve
-from verlog.logs import read_turn_logs
+from verlog.tapes.record import read_turn_logs
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = "two_room-goto_win"

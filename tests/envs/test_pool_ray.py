@@ -106,7 +106,7 @@ class HashGenerator:
 
 
 def _rollout(tokenizer, backend: str, pipeline_groups: int | None):
-    from verlog.memory import MemoryConfig
+    from verlog.prompting.memory import MemoryConfig
     from verlog.rollout import SamplingConfig
     from verlog.rollout.build import build_rollout
 

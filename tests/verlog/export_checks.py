@@ -96,7 +96,7 @@ def _serve_and_evaluate(folder: Path, eval_out: Path) -> None:
     from vllm.inputs import TokensPrompt
 
     from verlog.eval import EvalProtocol, evaluate, load_model
-    from verlog.sampling import SamplingConfig
+    from verlog.prompting.sampling import SamplingConfig
 
     model = load_model(folder, engine="vllm", max_model_len=512 + 16)
     try:

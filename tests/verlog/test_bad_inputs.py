@@ -159,7 +159,9 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("train-images-budget", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"), "memory.max_image_history=1",
                              "rollout.max_prompt_tokens=20"], "tokens, of which 16 for its image"),
     ("tiny-vision-warm", ["tiny-model", "vlm_out", "--vision", "--warm-start", "toy/delayed"],
-     "--warm-start is not available with --vision yet: build the model without it"),
+     "--warm-start toy/delayed: the env draws no images (its provides_images is False)"),
+    ("tiny-images-text", ["tiny-model", "vlm_out", "--max-image-history", "1"],
+     "--max-image-history needs --vision"),
     ("sft-no-config", ["sft"], "no SFT config and no settings given: verlog sft needs an SFT YAML"),
     ("sft-dry-run-bad-data", ["sft", "--dry-run", "data.train=no_answer.parquet", "model.build_tiny=true",
                               "model.path=sft/base-model", "output_dir=sft"],
@@ -177,7 +179,7 @@ def world(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("ok", "base", "truncated", "no_weights", "short"):
         shutil.copytree(tiny_model, models / name)
     (models / "base" / "chat_template.jinja").unlink()
-    from verlog.tiny_vlm import build_tiny_vlm
+    from verlog.models.tiny_vlm import build_tiny_vlm
 
     build_tiny_vlm(models / "vlm")
     shutil.copytree(models / "vlm", models / "vlm_noproc")

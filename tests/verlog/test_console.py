@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verlog.run_summary import duration, iteration_line
+from verlog.run.summary import duration, iteration_line
 
 REPO = Path(__file__).resolve().parents[2]
 

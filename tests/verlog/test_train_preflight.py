@@ -137,7 +137,7 @@ def test_a_fresh_run_into_another_runs_output_dir_is_refused(tmp_path: Path, sta
     # --overwrite removes the old run's outputs, nothing else (a tiny model built there stays)
     (old / "config.yaml").write_text("{}")
     assert main([*base, "checkpoint.resume=disable", "--overwrite"]) == 0 and len(started) == 2
-    # the run's lock (verlog/run_folder.py) and the new run's log (verlog.console): the old run's log went with it
+    # the run's lock (verlog/run/folder.py) and the new run's log (verlog.console): the old run's log went with it
     assert sorted(p.name for p in old.iterdir()) == ["logs", "run.lock", "tiny-model"]
     assert (old / "logs" / "train.log").read_text().count("===== ") == 1
     assert "--overwrite: removed" in capsys.readouterr().out

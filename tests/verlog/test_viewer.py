@@ -12,8 +12,8 @@ import pytest
 from viewer_run import make_training_run
 
 from verlog.cli import main
-from verlog.logs import TurnLog, TurnLogWriter
-from verlog.tapes import token_split
+from verlog.tapes.record import TurnLog, TurnLogWriter
+from verlog.tapes.recorders import token_split
 from verlog.viewer import build_payload, build_view, load_run
 
 
@@ -217,7 +217,7 @@ def test_view_of_a_real_evaluation_with_frames(tiny_model: Path, tmp_path: Path)
     folder: the real tokenizer's token split and the frames reach the page."""
     import torch
 
-    from verlog.logs import read_turn_logs
+    from verlog.tapes.record import read_turn_logs
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

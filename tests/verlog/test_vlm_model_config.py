@@ -37,7 +37,7 @@ def test_image_tokens_of_a_frame_with_qwen2_5_vl_image_settings(env_id: str, sid
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     import envs
-    from verlog.vision import image_token_count
+    from verlog.models.vision import image_token_count
 
     env = envs.make(env_id, images=True)
     try:

@@ -1,7 +1,7 @@
 """A small training-run folder made through verlog's real writers, without verl: the rollout manager on BabyAI with
-frames, :class:`verlog.tapes.TrainingTapes` fed per-row tensors like the trainer's, in-training evaluations through
-:class:`verlog.trainer.evaluation.TrainingEvaluator` (eval tapes, eval/episodes.jsonl), and metrics.jsonl records.
-Shared by the viewer tests (tests/verlog/test_viewer.py, test_viewer_browser.py)."""
+frames, :class:`verlog.tapes.recorders.TrainingTapes` fed per-row tensors like the trainer's, in-training evaluations
+through :class:`verlog.trainer.evaluation.TrainingEvaluator` (eval tapes, eval/episodes.jsonl), and metrics.jsonl
+records. Shared by the viewer tests (tests/verlog/test_viewer.py, test_viewer_browser.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from verlog.memory import MemoryConfig
+from verlog.prompting.memory import MemoryConfig
 from verlog.rollout.generator import Generation, GenerationRequest, SamplingConfig
-from verlog.tapes import TapesConfig
+from verlog.tapes.recorders import TapesConfig
 
 ENV_ID = "babyai/goto"
 ACTIONS = ("turn left", "turn right", "go forward")
@@ -112,7 +112,7 @@ def make_training_run(
     last. Returns ``root``. (docs/viewer.md's file sizes come from this with the BabyAI recipe's sizes.)"""
     from verlog.eval.protocol import EvalProtocol
     from verlog.rollout.manager import RolloutManager, make_env_pool
-    from verlog.tapes import TrainingTapes, frame_env_kwargs
+    from verlog.tapes.recorders import TrainingTapes, frame_env_kwargs
     from verlog.trainer.evaluation import TrainingEvaluator
 
     root.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.output_folder import creation_problem
+from verlog.run.output_folder import creation_problem
 
 EXIT_USAGE = 2
 """Exit code of every refused input (argparse's too)."""
@@ -138,7 +138,7 @@ def json_object(option: str, text: str) -> dict[str, Any]:
 def add_memory_arguments(parser: Any) -> None:
     """``--memory-n`` and ``--keep-reasoning-turns``: training's ``memory.n`` and ``memory.keep_reasoning_turns``,
     with its defaults, so that a command builds the prompts training builds."""
-    from verlog.memory import MemoryConfig
+    from verlog.prompting.memory import MemoryConfig
 
     defaults = MemoryConfig()
     parser.add_argument(
@@ -157,8 +157,9 @@ def add_memory_arguments(parser: Any) -> None:
 
 
 def add_answer_format_argument(parser: Any, help_suffix: str = "") -> None:
-    """``--answer-format {cot,action}`` (default cot), the choices from :data:`verlog.memory.ANSWER_FORMATS`."""
-    from verlog.memory import ANSWER_FORMATS
+    """``--answer-format {cot,action}`` (default cot), the choices from
+    :data:`verlog.prompting.memory.ANSWER_FORMATS`."""
+    from verlog.prompting.memory import ANSWER_FORMATS
 
     parser.add_argument(
         "--answer-format",
@@ -236,7 +237,7 @@ def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool =
 # ------------------------------------------------------------------------------------------------ folders
 def check_output_folder(path: str | os.PathLike, option: str, *, force: bool, what: str) -> Path:
     """The folder ``path`` to write ``what`` into: refused when it is empty text, a file, under a file or not
-    writable (:func:`verlog.output_folder.creation_problem`), or (without ``force``) a non-empty folder, so that
+    writable (:func:`verlog.run.output_folder.creation_problem`), or (without ``force``) a non-empty folder, so that
     nothing is overwritten silently."""
     text = os.fspath(path)
     if not text.strip():

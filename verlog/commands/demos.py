@@ -1,4 +1,4 @@
-"""``verlog demos ENV_ID --episodes N --out DIR``: scripted-expert demonstrations as SFT parquet (verlog.demos)."""
+"""``verlog demos ENV_ID --episodes N --out DIR``: scripted-expert demonstrations as SFT parquet (verlog.sft.demos)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _load_tokenizer(path: str):
         raise UsageError(
             f"--tokenizer {path!r} is not a folder: give a model folder (e.g. one `verlog tiny-model` wrote)"
         )
-    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
+    from verlog.models.folder import ModelFolderError, load_chat_tokenizer
 
     try:
         return load_chat_tokenizer(os.path.expanduser(path))
@@ -67,10 +67,10 @@ def _load_tokenizer(path: str):
 
 
 def _check_budget(config, tokenizer, tokenizer_path: str) -> None:
-    """The env's first prompt fits ``--max-prompt-tokens`` (:func:`verlog.prompt_budget.budget_problem`), before any
+    """The env's first prompt fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`), before any
     demonstration is played."""
-    from verlog.memory import MemoryConfig
-    from verlog.prompt_budget import budget_problem
+    from verlog.prompting.budget import budget_problem
+    from verlog.prompting.memory import MemoryConfig
 
     memory = MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format)
     env = build_env(config.env_id, config.env_kwargs, "--env-kwargs", seed=config.seed_start)
@@ -92,7 +92,7 @@ def _check_budget(config, tokenizer, tokenizer_path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verlog.demos import EXPERTS, DemoConfig, DemoEpisode, DemoError, generate_demos, write_demos
+    from verlog.sft.demos import EXPERTS, DemoConfig, DemoEpisode, DemoError, generate_demos, write_demos
 
     import_user_modules(args.imports)
     env_kwargs = json_object("--env-kwargs", args.env_kwargs)

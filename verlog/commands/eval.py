@@ -30,7 +30,7 @@ from verlog.commands.common import (
     seed_list,
 )
 from verlog.console import say
-from verlog.run_summary import duration
+from verlog.run.summary import duration
 
 EPISODES = 10
 """Episodes per task without ``--episodes`` (BALROG's ``eval.num_episodes``)."""
@@ -141,8 +141,8 @@ def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from verlog.eval import EvalProtocol, expand_tasks, format_table
     from verlog.eval.protocol import EvalProtocolError
-    from verlog.memory import MemoryConfig, check_answer_format
-    from verlog.sampling import SamplingConfig
+    from verlog.prompting.memory import MemoryConfig, check_answer_format
+    from verlog.prompting.sampling import SamplingConfig
 
     import_user_modules(args.imports)
     env_kwargs = json_object("--env-kwargs", args.env_kwargs)
@@ -402,12 +402,12 @@ def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path,
 
 def _check_model(args: argparse.Namespace) -> Path:
     """The model folder ``--model`` designates, loadable: its config.json parses and the prompt budget plus the
-    response fit its context (:mod:`verlog.model_folder`); or UsageError. A run folder or a checkpoint designates
+    response fit its context (:mod:`verlog.models.folder`); or UsageError. A run folder or a checkpoint designates
     its latest complete checkpoint's actor, merged into a Hugging Face folder on demand
     (:mod:`verlog.trainer.checkpoint_model`)."""
     from verlog.console import say
     from verlog.eval.engine import EvalModelError, resolve_model_path
-    from verlog.model_folder import context_problem, folder_problems
+    from verlog.models.folder import context_problem, folder_problems
     from verlog.trainer.checkpoint_model import CheckpointModelError, trained_model_folder
 
     try:
@@ -434,7 +434,7 @@ def _check_out_folder(args: argparse.Namespace) -> None:
     """``--out`` can hold this evaluation: a folder (or one that can be created) that is not a training run's, without
     an earlier evaluation unless ``--resume`` is given; checked before anything is loaded or merged."""
     from verlog.eval.report import EPISODES_FILE
-    from verlog.output_folder import creation_problem
+    from verlog.run.output_folder import creation_problem
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -472,7 +472,7 @@ def _check_resume(args: argparse.Namespace, protocol: Any, model_path: Path | st
 
 def _tokenizer(model_path: Path, option: str = "--model") -> Any:
     """The model's tokenizer, with a chat template (every prompt is rendered with it), or UsageError."""
-    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
+    from verlog.models.folder import ModelFolderError, load_chat_tokenizer
 
     try:
         return load_chat_tokenizer(model_path)
@@ -483,8 +483,8 @@ def _tokenizer(model_path: Path, option: str = "--model") -> Any:
 def _check_budget(
     env: Any, task: str, tokenizer: Any, memory: Any, budget: int, seed: int, model_path: Path | str
 ) -> None:
-    """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompt_budget.budget_problem`)."""
-    from verlog.prompt_budget import budget_problem
+    """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`)."""
+    from verlog.prompting.budget import budget_problem
 
     counted = f"the tokenizer of {model_path}"
     problem = budget_problem(env, task, tokenizer, memory, budget, "--max-prompt-tokens", counted, seed=seed)

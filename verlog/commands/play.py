@@ -13,8 +13,8 @@ runs longer than ``--step-timeout`` seconds, default :data:`STEP_TIMEOUT_S`) end
 
 The person is a policy of the rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`): the env is stepped
 through the same one-slot pool, memory and turn record as the demos' expert, so what a person plays is what a model
-would face. ``--record DIR`` appends every turn to ``DIR/tapes/play.jsonl`` (:class:`verlog.tapes.PlayTapeWriter`),
-tapes that ``verlog sft data.train=DIR`` fine-tunes on (docs/sft.md).
+would face. ``--record DIR`` appends every turn to ``DIR/tapes/play.jsonl``
+(:class:`verlog.tapes.recorders.PlayTapeWriter`), tapes that ``verlog sft data.train=DIR`` fine-tunes on (docs/sft.md).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from verlog.errors import VerlogError
 
 if TYPE_CHECKING:
     from verlog.rollout.stepper import PolicyInput
-    from verlog.tapes import PlayTapeWriter
+    from verlog.tapes.recorders import PlayTapeWriter
 
 QUIT = (":q", ":quit", ":exit")
 HELP = (":help", ":h", "?", "help")
@@ -155,8 +155,8 @@ def _recorder(folder: str | None, env_id: str, env_kwargs: dict[str, Any]) -> Pl
     """The tape writer of ``--record DIR`` (None without it), or UsageError for a DIR that cannot hold tapes."""
     if folder is None:
         return None
-    from verlog.output_folder import creation_problem
-    from verlog.tapes import TAPES_DIR, PlayTapeWriter
+    from verlog.run.output_folder import creation_problem
+    from verlog.tapes.recorders import TAPES_DIR, PlayTapeWriter
 
     if not folder.strip():
         raise UsageError("--record is empty: give the folder to record the episodes into")
@@ -354,7 +354,7 @@ def play(
         EnvFailedError: the env failed, or one of its resets or steps ran longer than ``step_timeout`` seconds
             (None: no bound).
     """
-    from verlog.memory import SlidingMemory
+    from verlog.prompting.memory import SlidingMemory
     from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv
 
     terminal = _Terminal(env, stdin, stdout)

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_out(out: Path) -> None:
     from verlog.commands.common import UsageError
-    from verlog.output_folder import creation_problem
+    from verlog.run.output_folder import creation_problem
 
     problem = creation_problem(out.parent) or (f"{out} is a folder" if out.is_dir() else None)
     if problem is not None:

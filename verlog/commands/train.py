@@ -24,7 +24,7 @@ from verlog.commands.common import EXIT_FAULT, EXIT_USAGE
 
 def resume_hint(cfg: object) -> str:
     """How to go on after a fault: the run's last complete checkpoint, if any."""
-    from verlog.run_folder import RunFolder
+    from verlog.run.folder import RunFolder
 
     out = getattr(cfg, "output_dir", None)
     step = RunFolder(out).latest_step() if out else None
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from verlog.config.compose import load_config, moved_config_note, moved_config_path
     from verlog.config.preflight import check_output_dir, preflight
     from verlog.errors import RunFault, VerlogError
-    from verlog.run_folder import RunFolderError, RunLock, check_writable, in_use, lock_holder
+    from verlog.run.folder import RunFolderError, RunLock, check_writable, in_use, lock_holder
 
     imports = list(getattr(args, "imports", []))
     lock = RunLock(".")  # replaced by the run folder's once the config is known; released on every way out
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             shown = [f"--import={m}" for m in imports]  # in the command it prints
             print(describe_run(cfg, [*shown, *args.overrides], args.config_dir, args.config_name), flush=True)
             return 0
-        # the run folder's lock (verlog/run_folder.py) before anything in the folder is read for the launch or
+        # the run folder's lock (verlog/run/folder.py) before anything in the folder is read for the launch or
         # deleted (--overwrite): a second run into a folder in use stops here, naming the process that holds it
         check_writable(cfg.output_dir)
         took_over = lock.acquire()
@@ -134,7 +134,7 @@ def train_quietly(cfg: Any, verbose: bool = False) -> None:
     naming it; when the run fails, the log's last lines and its path on the terminal (then the error goes on up)."""
     from verlog.console import QuietConsole, say
     from verlog.errors import VerlogError
-    from verlog.run_folder import RunFolder
+    from verlog.run.folder import RunFolder
     from verlog.trainer import runner
 
     log = RunFolder(cfg.output_dir).train_log

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from verlog.commands.common import UsageError
-    from verlog.output_folder import creation_problem
+    from verlog.run.output_folder import creation_problem
     from verlog.viewer import ViewError, build_view
 
     if args.out is not None:

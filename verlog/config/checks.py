@@ -3,9 +3,9 @@
 :func:`typed_config` gives a composed (untyped) config the types of :class:`~verlog.config.schema.TrainConfig`,
 collecting each key whose value does not fit (``seed=abc``) or that the schema lacks. :func:`check_values` checks
 each key's range and choices, :func:`check_sizes` the keys that depend on each other (rows split into mini-batches
-and over the ranks, the advantage estimator's own checks from its registry entry in verlog/estimators.py, tapes).
-Nothing here starts Ray, loads a model or builds an env; :mod:`verlog.config.preflight` does the checks that look
-outside the config (env, model, checkpoint, prompt budget). A check returns a list of :class:`Problem`;
+and over the ranks, the advantage estimator's own checks from its registry entry in verlog/algorithms/estimators.py,
+tapes). Nothing here starts Ray, loads a model or builds an env; :mod:`verlog.config.preflight` does the checks that
+look outside the config (env, model, checkpoint, prompt budget). A check returns a list of :class:`Problem`;
 :class:`TrainConfigError` carries them all.
 """
 
@@ -142,7 +142,7 @@ def _rules() -> list[Rule]:
     """(key, test, requirement) for each key with a range; the requirement is what the message asks for.
 
     The ``evaluation`` and ``tapes`` sections are checked by their own modules (verlog/eval/training.py,
-    verlog/tapes.py), through :func:`check_evaluation` and :func:`check_tapes`.
+    verlog/tapes/recorders.py), through :func:`check_evaluation` and :func:`check_tapes`.
     """
     at_least_0 = ("an integer >= 0", lambda v: v >= 0)
     at_least_1 = ("an integer >= 1", lambda v: v >= 1)
@@ -216,11 +216,11 @@ def _choice(key: str, value: str, options: Iterable[str], meaning: str = "") -> 
 def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Each key's range and choices (keys in ``skip`` already have a problem, e.g. the wrong type)."""
     from envs.actions import PARSE_MODES
-    from verlog.advantage import ADVANTAGE_LEVELS, BOUNDARIES, TURN_TRACES
-    from verlog.async_modes import LOCKSTEP, mode_names
-    from verlog.estimators import choices_meaning, estimator_names
-    from verlog.group_advantage import GROUP_NORMS
-    from verlog.memory import ANSWER_FORMATS
+    from verlog.algorithms.dual_gae import ADVANTAGE_LEVELS, BOUNDARIES, TURN_TRACES
+    from verlog.algorithms.estimators import choices_meaning, estimator_names
+    from verlog.algorithms.group_advantage import GROUP_NORMS
+    from verlog.config.async_modes import LOCKSTEP, mode_names
+    from verlog.prompting.memory import ANSWER_FORMATS
 
     skipped = set(skip)
     defaults = TrainConfig()
@@ -296,8 +296,8 @@ MAX_LAG = 8
 # ------------------------------------------------------------------------------------------------ sizes
 def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """Keys that depend on each other: the rows of an iteration split into mini-batches and over the ranks, the
-    rollout engine over the ranks, and the checks of ``algorithm.estimator``'s registry entry (verlog/estimators.py:
-    how it groups the rollout's slots).
+    rollout engine over the ranks, and the checks of ``algorithm.estimator``'s registry entry
+    (verlog/algorithms/estimators.py: how it groups the rollout's slots).
 
     Runs only on sizes that passed :func:`check_values` (a size below 1 is reported there, not divided by here).
     """
@@ -344,9 +344,10 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
             )
         )
     if "algorithm.estimator" not in bad and "rollout.group_size" not in bad:
-        from verlog.estimators import get_estimator
+        from verlog.algorithms.estimators import get_estimator
 
-        problems += get_estimator(cfg.algorithm.estimator).checks(cfg)  # the estimator's own (verlog/estimators.py)
+        # the estimator's own (verlog/algorithms/estimators.py)
+        problems += get_estimator(cfg.algorithm.estimator).checks(cfg)
     return problems
 
 
@@ -354,8 +355,8 @@ def check_sizes(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
 def check_async(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     """What the asynchronous rollouts (``rollout.async_mode``) cannot honour, and the off-policy settings that need
     them (docs/configuration.md): each a :class:`Problem` naming the fix. The mode's own problems come from its
-    registry entry (verlog/async_modes.py). Runs on choices that passed :func:`check_values`."""
-    from verlog.async_modes import get_async_mode
+    registry entry (verlog/config/async_modes.py). Runs on choices that passed :func:`check_values`."""
+    from verlog.config.async_modes import get_async_mode
 
     bad = set(skip) | {p.key for p in check_values(cfg)}
     problems = []
@@ -455,7 +456,7 @@ def config_problems(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]
 def check_curriculum(cfg: TrainConfig) -> list[Problem]:
     """``env.tasks`` and ``curriculum`` (multi-task training, docs/curriculum.md): entries well formed, the curriculum's
     kind and parameters valid for those families, and no group rollouts mixing tasks within a group."""
-    from verlog.curriculum import (
+    from verlog.algorithms.curriculum import (
         CurriculumSettingsError,
         check_curriculum_settings,
         family_weights,
@@ -505,8 +506,8 @@ def check_evaluation(cfg: TrainConfig) -> list[Problem]:
 
 
 def check_tapes(cfg: TrainConfig) -> list[Problem]:
-    """The tapes section's own checks (:meth:`verlog.tapes.TapesConfig.check`, beyond the ranges above)."""
-    from verlog.tapes import TapeConfigError
+    """The tapes section's own checks (:meth:`verlog.tapes.recorders.TapesConfig.check`, beyond the ranges above)."""
+    from verlog.tapes.recorders import TapeConfigError
 
     try:
         cfg.tapes.check()

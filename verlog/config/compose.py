@@ -104,8 +104,8 @@ def closest_key(key: str, valid: Sequence[str]) -> str | None:
 
 MOVED_KEYS = {"sampling.max_tokens": "rollout.max_response_tokens"}
 """Keys that the schema holds but training sets under another name (the old or shared spelling -> the one to write):
-``sampling`` is the generators' own settings class (verlog/sampling.py), whose ``max_tokens`` training fills in from
-``rollout.max_response_tokens``."""
+``sampling`` is the generators' own settings class (verlog/prompting/sampling.py), whose ``max_tokens`` training fills
+in from ``rollout.max_response_tokens``."""
 
 
 def unknown_key_message(key: str, override: str, cfg: DictConfig) -> str:

@@ -34,10 +34,10 @@ from verlog.config.checks import (
     typed_config,
 )
 from verlog.config.schema import RESUME_MODES, TrainConfig
-from verlog.output_folder import creation_problem
-from verlog.run_folder import RUN_DATA as RUN_DATA
-from verlog.run_folder import RUN_OUTPUTS as RUN_OUTPUTS
-from verlog.run_folder import STEP_PREFIX, RunFolder
+from verlog.run.folder import RUN_DATA as RUN_DATA
+from verlog.run.folder import RUN_OUTPUTS as RUN_OUTPUTS
+from verlog.run.folder import STEP_PREFIX, RunFolder
+from verlog.run.output_folder import creation_problem
 
 CHARS_PER_TOKEN = 4
 """The prompt-budget estimate without a tokenizer at hand (see the module docstring)."""
@@ -84,7 +84,7 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
     with ``budget``, its instruction and first observation fit the prompt budget (:func:`check_prompt_budget`)."""
     from envs.errors import EnvError, EnvImageError, EnvImportError
     from envs.registry import build_env, check_env_id, import_modules
-    from verlog.curriculum import CurriculumSettingsError, parse_task_families
+    from verlog.algorithms.curriculum import CurriculumSettingsError, parse_task_families
 
     try:
         import_modules(cfg.env.imports)
@@ -128,9 +128,9 @@ def check_env(cfg: TrainConfig, budget: bool = True, drop: Sequence[str] = ()) -
 def _step_limit(
     cfg: TrainConfig, env: Any, env_id: str, key: str, kwargs: dict[str, Any], shared: dict[str, Any]
 ) -> list[Problem]:
-    """The group estimators' step-limit rule (:func:`verlog.estimators.step_limit_problem`) on the env's own limit,
-    which the rollout reads when the slots start (a limit set in ``env.kwargs`` is checked with the sizes)."""
-    from verlog.estimators import Grouping, get_estimator, step_limit_problem
+    """The group estimators' step-limit rule (:func:`verlog.algorithms.estimators.step_limit_problem`) on the env's own
+    limit, which the rollout reads when the slots start (a limit set in ``env.kwargs`` is checked with the sizes)."""
+    from verlog.algorithms.estimators import Grouping, get_estimator, step_limit_problem
 
     try:
         grouped = get_estimator(cfg.algorithm.estimator).grouping is Grouping.GROUPS
@@ -156,7 +156,7 @@ def _no_images_problem(label: str, env_id: str) -> Problem:
 def check_images(cfg: TrainConfig) -> list[Problem]:
     """``memory.max_image_history`` > 0: the model is a vision-language model whose processor loads."""
     from verlog.errors import ImageSetupError
-    from verlog.vision import load_vision_processor, text_only_model_problem
+    from verlog.models.vision import load_vision_processor, text_only_model_problem
 
     key = "memory.max_image_history"
     problem = text_only_model_problem(cfg.model.path, cfg.model.build_tiny)
@@ -171,9 +171,9 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
 
 def _images_with_a_critic(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
     """Images with an estimator that trains a critic, or with in-training evaluation: refused until those take
-    images (one line each, :func:`verlog.vision.critic_not_supported_yet`, ``evaluation_not_supported_yet``)."""
-    from verlog.estimators import get_estimator
-    from verlog.vision import critic_not_supported_yet, evaluation_not_supported_yet
+    images (one line each, :func:`verlog.models.vision.critic_not_supported_yet`, ``evaluation_not_supported_yet``)."""
+    from verlog.algorithms.estimators import get_estimator
+    from verlog.models.vision import critic_not_supported_yet, evaluation_not_supported_yet
 
     k = cfg.memory.max_image_history
     if k <= 0 or problems:
@@ -195,7 +195,7 @@ def _image_tokens(cfg: TrainConfig) -> Any:
     if cfg.memory.max_image_history <= 0:
         return None
     from verlog.errors import ImageSetupError
-    from verlog.vision import image_token_count, is_vision_model, load_vision_processor
+    from verlog.models.vision import image_token_count, is_vision_model, load_vision_processor
 
     if not is_vision_model(Path(cfg.model.path).expanduser()):
         return None
@@ -235,7 +235,7 @@ class CharTokenEstimate:
 
 def budget_tokenizer(cfg: TrainConfig) -> tuple[Any, str]:
     """The tokenizer the prompt budget is counted with, and how to name it in a message."""
-    from verlog.model_folder import ModelFolderError, load_chat_tokenizer
+    from verlog.models.folder import ModelFolderError, load_chat_tokenizer
 
     folder = Path(cfg.model.path).expanduser()
     if (folder / "tokenizer_config.json").is_file():
@@ -248,8 +248,8 @@ def budget_tokenizer(cfg: TrainConfig) -> tuple[Any, str]:
 
 def check_prompt_budget(cfg: TrainConfig, env: Any) -> list[Problem]:
     """The smallest prompt of the env's first turn (instruction + first observation + format instruction, no
-    history) fits ``rollout.max_prompt_tokens`` (:func:`verlog.prompt_budget.budget_problem`)."""
-    from verlog.prompt_budget import budget_problem
+    history) fits ``rollout.max_prompt_tokens`` (:func:`verlog.prompting.budget.budget_problem`)."""
+    from verlog.prompting.budget import budget_problem
 
     tokenizer, counted = budget_tokenizer(cfg)
     option = "rollout.max_prompt_tokens"
@@ -302,7 +302,7 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
     """``model.lora``: a rank in [0, 512], a positive alpha, and target modules the model has (read from its
     config.json, or from the tiny model's sizes when ``model.build_tiny`` builds it at launch; a Hub id is checked
     when it is in the local cache)."""
-    from verlog.model_folder import LORA_RANK_MAX, lora_target_problem, read_config
+    from verlog.models.folder import LORA_RANK_MAX, lora_target_problem, read_config
 
     lora = cfg.model.lora
     problems = []
@@ -353,7 +353,7 @@ def check_lora(cfg: TrainConfig) -> list[Problem]:
 
 def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
     """The config.json content of the tiny Qwen2 ``model.build_tiny`` builds with ``sizes`` (model.tiny)."""
-    from verlog.model_folder import TinyModelSpec
+    from verlog.models.folder import TinyModelSpec
 
     spec = TinyModelSpec(**{k: v for k, v in sizes.items() if k in TinyModelSpec.__dataclass_fields__})
     return {"model_type": "qwen2", "vocab_size": spec.vocab_size, **spec.qwen2_sizes()}
@@ -361,8 +361,8 @@ def tiny_model_config(sizes: dict[str, int]) -> dict[str, Any]:
 
 def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:
     """A local model folder loads as the launch loads it: config.json parses, weights are there, the tokenizer has a
-    chat template, and the prompt budget plus the response fit the model's context (:mod:`verlog.model_folder`)."""
-    from verlog.model_folder import ModelFolderError, context_problem, folder_problems, load_chat_tokenizer
+    chat template, and the prompt budget plus the response fit the model's context (:mod:`verlog.models.folder`)."""
+    from verlog.models.folder import ModelFolderError, context_problem, folder_problems, load_chat_tokenizer
 
     problems = [Problem("model.path", text) for text in folder_problems(folder)]
     if problems:
@@ -382,8 +382,8 @@ def check_model_folder(cfg: TrainConfig, folder: Path) -> list[Problem]:
 
 def _check_tiny_sizes(cfg: TrainConfig) -> list[Problem]:
     """The tiny model ``model.build_tiny`` builds at launch can be built (``model.tiny``'s sizes) and holds the prompt
-    budget plus the response (:func:`verlog.model_folder.tiny_model_problem`)."""
-    from verlog.model_folder import tiny_model_problem
+    budget plus the response (:func:`verlog.models.folder.tiny_model_problem`)."""
+    from verlog.models.folder import tiny_model_problem
 
     ro = cfg.rollout
     problem = tiny_model_problem(dict(cfg.model.tiny), ro.max_prompt_tokens, ro.max_response_tokens)

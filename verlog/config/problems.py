@@ -1,8 +1,8 @@
 """One bad setting of ``verlog train``'s config: :class:`Problem` (the key, what is wrong, the fix).
 
 Every check before a launch returns a list of them: :mod:`verlog.config.checks` (types, values, sizes) and each
-advantage estimator's own checks (:mod:`verlog.estimators`), which is why this sits in a module of its own that both
-import.
+advantage estimator's own checks (:mod:`verlog.algorithms.estimators`), which is why this sits in a module of its own
+that both import.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from typing import Any
 
 # The sections that a plain module (which may not import the config) receives live with that module; they are this
 # schema's sections all the same (``verlog.config.schema.MemoryConfig`` etc.), one class each.
-from verlog.curriculum import CurriculumConfig
-from verlog.memory import MemoryConfig
-from verlog.sampling import SamplingConfig
-from verlog.tapes import TapesConfig
+from verlog.algorithms.curriculum import CurriculumConfig
+from verlog.prompting.memory import MemoryConfig
+from verlog.prompting.sampling import SamplingConfig
+from verlog.tapes.recorders import TapesConfig
 
 __all__ = [
     "LOGGERS",
@@ -79,7 +79,7 @@ class RolloutConfig:
         generation_retries: retries of a failed generation before the turn becomes an empty (invalid) answer.
         group_size: slots per group for the group estimators (grpo, gigpo); 1 with dual_gae.
         async_mode: how rollout overlaps with the rest (docs/async.md; ``async`` itself is a Python keyword; each
-            mode is an entry of verlog/async_modes.py):
+            mode is an entry of verlog/config/async_modes.py):
             ``off`` (lockstep: every env of a turn, then generation, then training), ``pipeline`` (slot groups: one
             group's env steps run while another group generates; zero staleness), ``one_step_off`` (iteration k+1's
             rollout runs while iteration k trains; one policy version stale), ``in_flight`` (generation never stops
@@ -140,7 +140,8 @@ class AlgorithmConfig:
 
     Attributes:
         estimator: ``dual_gae`` (critic), ``grpo`` or ``gigpo`` (critic-free group estimators); each is an entry of
-            verlog/estimators.py's registry, which says whether it needs a critic and how it groups the slots.
+            verlog/algorithms/estimators.py's registry, which says whether it needs a critic and how it groups the
+            slots.
         group_norm: ``mean_std`` or ``mean``, the normalisation within a group (group estimators).
         gigpo_step_gamma: discount of GiGPO's step-level return, in [0, 1].
         gigpo_omega: weight of GiGPO's step-level advantage, >= 0.
@@ -276,7 +277,7 @@ class ModelConfig:
         name: a short name for run names.
         path: a local model folder or a Hugging Face id.
         build_tiny: build a tiny random-weight model at ``path`` when it does not exist.
-        tiny: sizes for ``verlog.testing.build_tiny_model``.
+        tiny: sizes for ``verlog.models.tiny_model.build_tiny_model``.
         lora: LoRA adapters (:class:`LoraConfig`; ``lora.rank=0``, the default, trains every weight).
     """
 

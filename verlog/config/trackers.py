@@ -13,7 +13,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from verlog.run_folder import WANDB_DIR, RunFolder
+from verlog.run.folder import WANDB_DIR, RunFolder
 
 TRACKER_PACKAGES: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tensorboard"),

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import RunFault, VerlogError
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.stepper import Answer, PolicyInput
-from verlog.sampling import SamplingConfig
 
 ENGINE = "endpoint"
 """The ``engine`` an endpoint evaluation records (summary.json, settings.json)."""

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verlog.errors import EngineStartError, VerlogError
-from verlog.model_folder import ModelFolderError, has_weights, load_chat_tokenizer
+from verlog.models.folder import ModelFolderError, has_weights, load_chat_tokenizer
+from verlog.models.vision import is_vision_model, vllm_mm_limits
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
-from verlog.sampling import SamplingConfig
-from verlog.vision import is_vision_model, vllm_mm_limits
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -127,8 +127,8 @@ def vllm_engine_kwargs(
 ) -> dict[str, Any]:
     """The arguments of the evaluation's ``vllm.LLM``.
 
-    A vision-language model (``verlog.vision.is_vision_model``) gets ``limit_mm_per_prompt``: ``images_per_prompt``
-    images, no videos.
+    A vision-language model (``verlog.models.vision.is_vision_model``) gets ``limit_mm_per_prompt``:
+    ``images_per_prompt`` images, no videos.
 
     On CPU the KV cache is sized explicitly (:data:`CPU_KV_CACHE_GIB`): left to vLLM, it reserves
     ``gpu_memory_utilization`` (0.92) of the machine's memory, and refuses to start while anything else, a training

@@ -30,9 +30,9 @@ from verlog.eval.report import (
     write_summary,
 )
 from verlog.eval.runner import EpisodeRecord, play_episodes
-from verlog.logs import TurnLogWriter, iter_turn_logs
-from verlog.memory import MemoryConfig, SlidingMemory
-from verlog.sampling import SamplingConfig
+from verlog.prompting.memory import MemoryConfig, SlidingMemory
+from verlog.prompting.sampling import SamplingConfig
+from verlog.tapes.record import TurnLogWriter, iter_turn_logs
 
 
 def evaluate(
@@ -59,8 +59,8 @@ def evaluate(
 
     With ``resume``, episodes already in ``out_dir/episodes.jsonl`` (same env id, index and seed) are not played
     again (BALROG's resume); without it an existing ``episodes.jsonl`` is an error rather than silently mixed.
-    ``memory`` is the memory section (:class:`verlog.memory.MemoryConfig`; None: its defaults, training's), so a
-    model is evaluated on the prompts it was trained on; ``memory``, ``generation_retries``, ``in_process`` and
+    ``memory`` is the memory section (:class:`verlog.prompting.memory.MemoryConfig`; None: its defaults, training's), so
+    a model is evaluated on the prompts it was trained on; ``memory``, ``generation_retries``, ``in_process`` and
     ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`.
     """
     memory = memory if memory is not None else MemoryConfig()

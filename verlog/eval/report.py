@@ -5,7 +5,7 @@ Files in an evaluation folder:
 - ``episodes.jsonl``: one :class:`verlog.eval.runner.EpisodeRecord` per line, appended as episodes finish (an
   interrupted evaluation resumes from it);
 - ``summary.json``: :func:`summarize`'s dict plus the run's settings (model, sampling, protocol with every seed);
-- ``turns.jsonl`` (optional): one :class:`verlog.logs.TurnLog` per turn.
+- ``turns.jsonl`` (optional): one :class:`verlog.tapes.record.TurnLog` per turn.
 
 Summary layout (percentages as BALROG reports them, rates and returns as plain numbers)::
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.stats import Interval, balrog_mean_se, balrog_overall, bootstrap_diff_ci, bootstrap_mean_ci
-from verlog.files import append_jsonl, json_lines
+from verlog.run.files import append_jsonl, json_lines
 
 SUMMARY_FORMAT = "verlog.eval/1"
 SUMMARY_FILE = "summary.json"
@@ -153,13 +153,13 @@ def dumps(data: Any) -> str:
 
 def append_episode_record(path: str | Path, record: EpisodeRecord) -> None:
     """Add one record to an ``episodes.jsonl`` file (created with its folder if missing; one write of a whole line,
-    :func:`verlog.files.append_jsonl`)."""
+    :func:`verlog.run.files.append_jsonl`)."""
     append_jsonl(path, [record.to_dict()], default=_json_default)
 
 
 def read_episode_records(path: str | Path) -> list[EpisodeRecord]:
     """The records of an ``episodes.jsonl`` file, or of ``<folder>/episodes.jsonl`` when given a folder; a torn last
-    line (an evaluation killed while writing it) is skipped with a warning on stderr (:mod:`verlog.files`' rule).
+    line (an evaluation killed while writing it) is skipped with a warning on stderr (:mod:`verlog.run.files`' rule).
 
     Raises:
         ValueError: a line is not an episode record (``file:line``); JsonLinesError, a ValueError, when it is not

@@ -3,11 +3,11 @@
 Up to ``concurrency`` episodes (of any tasks) are open at once, each in a slot of an ``envs.pool.EnvPool``, so an env
 that raises, or a worker process that dies or hangs, ends that episode as truncated (``env_stats["env_error"]``)
 instead of stopping the evaluation. Each round the :class:`verlog.rollout.stepper.EpisodeStepper` (the loop training
-uses) builds every open episode's prompt with :class:`verlog.memory.SlidingMemory`, sends them to the generator in one
-batch, steps the envs with the responses and updates the memories, so one vLLM engine serves every task and the
-prompts are token for token training's. A failed generation is retried (``generation_retries``), then answered with a
-bare end-of-turn token, as in training: empty text, an invalid answer (the env runs its default action), counted in
-the episode's ``generation_failures``.
+uses) builds every open episode's prompt with :class:`verlog.prompting.memory.SlidingMemory`, sends them to the
+generator in one batch, steps the envs with the responses and updates the memories, so one vLLM engine serves every task
+and the prompts are token for token training's. A failed generation is retried (``generation_retries``), then answered
+with a bare end-of-turn token, as in training: empty text, an invalid answer (the env runs its default action), counted
+in the episode's ``generation_failures``.
 
 Episodes run in *waves* of ``concurrency`` (default: all in one wave): the pool auto-resets a finished slot with a seed
 of its own stream, so a slot whose episode ended idles until the wave's last episode ends, and the next wave resets
@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from verlog.eval.protocol import EpisodeNaming, EpisodeSpec
-from verlog.logs import LogProbStats, TurnLog, TurnLogWriter
-from verlog.memory import MemoryConfig, SlidingMemory
+from verlog.prompting.memory import MemoryConfig, SlidingMemory
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator
 from verlog.rollout.stepper import EpisodeStepper, GeneratorPolicy, Policy, Stepped
-from verlog.sampling import SamplingConfig
-from verlog.tapes import action_token_start, encode_frame, token_split
+from verlog.tapes.record import LogProbStats, TurnLog, TurnLogWriter
+from verlog.tapes.recorders import action_token_start, encode_frame, token_split
 
 # Keys of an env's final info worth keeping in the episode record (BALROG's env stats: BabyAI mission, Crafter
 # score and achievements).
@@ -123,12 +123,12 @@ def run_episodes(
         tokenizer: the model's tokenizer (chat template, decode).
         sampling: sampling settings (temperature, max_tokens...).
         memory: the memory settings, training's ``memory`` section (past turns ``n``, ``keep_reasoning_turns``, the
-            prompt's ``answer_format``); None: :class:`verlog.memory.MemoryConfig`'s defaults, training's.
+            prompt's ``answer_format``); None: :class:`verlog.prompting.memory.MemoryConfig`'s defaults, training's.
         max_prompt_tokens: prompt budget; the memory drops old turns to fit (None: no limit).
         concurrency: most episodes open at once (None: all of them).
         env_kwargs: keyword arguments for every env (``envs.make``'s).
         max_steps: step limit override (None: the env's own).
-        turn_log: where to write one :class:`verlog.logs.TurnLog` per turn, or None.
+        turn_log: where to write one :class:`verlog.tapes.record.TurnLog` per turn, or None.
         on_episode: called with each finished episode's record (progress output, saving as you go).
         generation_retries: retries of a failed generation before it becomes an invalid answer (training's
             ``rollout.generation_retries``).

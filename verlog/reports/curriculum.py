@@ -18,7 +18,7 @@ from typing import Any
 
 from verlog.eval import bootstrap_mean_ci
 from verlog.reports.run_files import existing_run, read_log, read_notes, read_settings
-from verlog.run_folder import RunFolder
+from verlog.run.folder import RunFolder
 
 RUNS = ("uniform", "sec")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.files import read_jsonl as read_run_log
+from verlog.run.files import read_jsonl as read_run_log
 
 SETTINGS_FILE = "settings.env"
 NOTES_FILE = "notes.md"
@@ -30,7 +30,7 @@ def existing_run(run_dir: str | Path, recipe: str) -> Path:
 
 def read_log(path: str | Path, tag: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped; a torn last line, left by a killed writer, skipped
-    with a ``[tag]`` warning on stderr: :func:`verlog.files.read_jsonl`); ``[]`` for a missing file when
+    with a ``[tag]`` warning on stderr: :func:`verlog.run.files.read_jsonl`); ``[]`` for a missing file when
     ``missing_ok``.
 
     Raises:

@@ -2,6 +2,7 @@
 (:mod:`verlog.rollout.slots`) and the collectors that advance it (:mod:`verlog.rollout.collectors`); the turn loop
 that training, evaluation, demos, the warm start and ``verlog play`` share is :mod:`verlog.rollout.stepper`."""
 
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.batch import EpisodeStats, TurnBatch, TurnRow
 from verlog.rollout.collectors import Collector, GroupedCollector, LockstepCollector, PipelinedCollector
 from verlog.rollout.generator import (
@@ -15,7 +16,6 @@ from verlog.rollout.generator import (
 from verlog.rollout.manager import RolloutManager
 from verlog.rollout.slots import RolloutSlots, RolloutStateError, make_env_pool
 from verlog.rollout.stepper import Answer, EpisodeStepper, GeneratorPolicy, Policy, PolicyInput, Stepped
-from verlog.sampling import SamplingConfig
 
 __all__ = [
     "Answer",

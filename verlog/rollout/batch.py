@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from verlog.advantage import link_turns  # the one definition of row links (also imported from here)
-from verlog.memory import prompt_metrics
+from verlog.algorithms.dual_gae import link_turns  # the one definition of row links (also imported from here)
+from verlog.prompting.memory import prompt_metrics
 
 
 @dataclass
@@ -94,7 +94,7 @@ class TurnRow:
 
     @property
     def prompt_size(self) -> PromptRecord:
-        """The prompt's size and what the budget did to it (:func:`verlog.memory.prompt_metrics` reads it)."""
+        """The prompt's size and what the budget did to it (:func:`verlog.prompting.memory.prompt_metrics` reads it)."""
         return PromptRecord(len(self.prompt_ids), self.memory_turns or 0, self.observation_truncated)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from verlog.curriculum import CurriculumConfig, TaskCurriculum, family_weights, parse_task_families
+from verlog.algorithms.curriculum import CurriculumConfig, TaskCurriculum, family_weights, parse_task_families
 from verlog.errors import ImageSetupError
-from verlog.memory import MemoryConfig, SlidingMemory
+from verlog.models.vision import ImageTokenCounter
+from verlog.prompting.memory import MemoryConfig, SlidingMemory
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator
 from verlog.rollout.manager import RolloutManager, make_env_pool
-from verlog.sampling import SamplingConfig
-from verlog.tapes import frame_env_kwargs
-from verlog.vision import ImageTokenCounter
+from verlog.tapes.recorders import frame_env_kwargs
 
 
 def build_rollout(
@@ -57,15 +57,15 @@ def build_rollout(
         group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
         pipeline_groups: slot groups of the ``pipeline`` rollout (``rollout.pipeline_groups`` when
             ``rollout.async_mode=pipeline``), else None (lockstep).
-        processor: the vision-language model's processor (``verlog.vision.rollout_processor``) when
+        processor: the vision-language model's processor (``verlog.models.vision.rollout_processor``) when
             ``memory.max_image_history`` > 0: it counts each image's tokens (the memory's budget, the prompt's
             expanded ``<|image_pad|>`` runs) and the trainer builds the rows' ``multi_modal_inputs`` with it.
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
     if memory.max_image_history > 0 and processor is None:
         raise ImageSetupError(
-            "memory.max_image_history > 0 needs the model's image processor (verlog.vision.rollout_processor) to "
-            "build prompts with images"
+            "memory.max_image_history > 0 needs the model's image processor (verlog.models.vision.rollout_processor) "
+            "to build prompts with images"
         )
     image_tokens = ImageTokenCounter(processor) if memory.max_image_history > 0 else None
     env_kwargs, keep_images = image_pool_settings(env_kwargs, memory, frames)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from verlog.errors import GeneratorDownError
-from verlog.sampling import SamplingConfig
+from verlog.prompting.sampling import SamplingConfig
 
 __all__ = [
     "Generation",

@@ -7,7 +7,7 @@ in that order (``bench/soak.py`` runs it, with made-up critic values and no mode
    metrics and timing, and the iteration's line of ``rollout.jsonl``); the trainer's rollout seam
    (``VerlogAgentLoopManager.collect_record``).
 2. :func:`estimate_advantages`: the rows' advantages by ``algorithm.estimator``'s registry entry
-   (:mod:`verlog.estimators`), stopping on a non-finite reward or advantage; the trainer's advantage step
+   (:mod:`verlog.algorithms.estimators`), stopping on a non-finite reward or advantage; the trainer's advantage step
    (:func:`verlog.trainer.advantage_step.advantage_step`) calls it on the rows of verl's batch
    (:func:`~verlog.trainer.advantage_step.rows_of`), :func:`run_iteration` on the rows of the
    :class:`~verlog.rollout.batch.TurnBatch` (:func:`rows_of_batch`).
@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from verlog.algorithms.estimators import Estimate, Grouping, Rows, get_estimator
 from verlog.config.schema import AlgorithmConfig
 from verlog.errors import VerlogError
-from verlog.estimators import Estimate, Grouping, Rows, get_estimator
-from verlog.files import append_jsonl
 from verlog.rollout.batch import TurnBatch, TurnRow
 from verlog.rollout.manager import RolloutManager
-from verlog.run_folder import RunFolder
+from verlog.run.files import append_jsonl
+from verlog.run.folder import RunFolder
 
 
 @dataclass
@@ -161,11 +161,11 @@ def record_iteration_tapes(
     entropys: torch.Tensor | None,
     step: int,
 ) -> int:
-    """The iteration's sampled episodes into ``tapes/train.jsonl`` (:func:`verlog.tapes.record_training_tapes`: a
-    failure is printed, training goes on).
+    """The iteration's sampled episodes into ``tapes/train.jsonl``
+    (:func:`verlog.tapes.recorders.record_training_tapes`: a failure is printed, training goes on).
 
     Args:
-        tapes: the run's :class:`~verlog.tapes.TrainingTapes`, or None (no tapes).
+        tapes: the run's :class:`~verlog.tapes.recorders.TrainingTapes`, or None (no tapes).
         rows: the :class:`~verlog.rollout.batch.TurnRow` of each row of ``tensors``, in their order.
         tensors: ``[B, R]`` (``next_values``: ``[B]``) tensors by name, those of :data:`TAPE_TENSORS` read
             (``response_mask`` required; absent ones written as None).
@@ -177,7 +177,7 @@ def record_iteration_tapes(
     Returns:
         Turns written (0 without tapes, at step 0, or when no taped episode has a row here).
     """
-    from verlog.tapes import record_training_tapes
+    from verlog.tapes.recorders import record_training_tapes
 
     if tapes is None or step < 1:
         return 0

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verlog.curriculum import TaskCurriculum
-from verlog.memory import SlidingMemory
+from verlog.algorithms.curriculum import TaskCurriculum
+from verlog.prompting.memory import SlidingMemory
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.batch import TurnBatch
 from verlog.rollout.collectors import (
     PIPELINE_MIN_ENV_SHARE,
@@ -28,7 +29,6 @@ from verlog.rollout.collectors import (
 from verlog.rollout.generator import Generator
 from verlog.rollout.slots import STATE_FORMAT, RolloutSlots, RolloutStateError, make_env_pool
 from verlog.rollout.stepper import GeneratorPolicy
-from verlog.sampling import SamplingConfig
 
 __all__ = [  # the collectors' and the slots' names, importable from here as before they had modules of their own
     "PIPELINE_MIN_ENV_SHARE",

@@ -16,9 +16,9 @@ from typing import Any
 
 from envs.multitask import TASK_OPTION
 from envs.registry import resolve_env_factory
-from verlog.curriculum import TaskCurriculum
+from verlog.algorithms.curriculum import TaskCurriculum
 from verlog.errors import VerlogError
-from verlog.memory import SlidingMemory
+from verlog.prompting.memory import SlidingMemory
 from verlog.rollout.stepper import EpisodeStepper, SlotEpisode
 
 STATE_FORMAT = "verlog.rollout/1"

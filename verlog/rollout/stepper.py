@@ -2,7 +2,8 @@
 
 One :meth:`EpisodeStepper.step` advances a set of env slots one turn:
 
-1. each slot's prompt from its :class:`~verlog.memory.SlidingMemory` (the instruction refreshed from the env first),
+1. each slot's prompt from its :class:`~verlog.prompting.memory.SlidingMemory` (the instruction refreshed from the env
+   first),
 2. a :class:`Policy` answers every slot at once (a model through a generator, a scripted expert, random valid
    answers, a person),
 3. ``envs.pool.EnvPool.step`` runs the answers (the env parses the action; an invalid answer runs the default
@@ -39,11 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from verlog.errors import PromptTooLongError, VerlogError
-from verlog.memory import BuiltPrompt, SlidingMemory
+from verlog.models.vision import IMAGE_PAD, expand_image_pads
+from verlog.prompting.memory import BuiltPrompt, SlidingMemory
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.batch import EpisodeStats, TurnRow
 from verlog.rollout.generator import Generation, GenerationRequest, Generator
-from verlog.sampling import SamplingConfig
-from verlog.vision import IMAGE_PAD, expand_image_pads
 
 FIRST_PROMPT_TRIES = 3
 """Episodes in a row a training slot may skip because their first observation does not fit the prompt budget."""

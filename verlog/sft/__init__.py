@@ -1,7 +1,7 @@
 """The SFT warm start: verl 0.9.1's own SFT trainer (``verl.trainer.sft_trainer``) on demonstrations, CPU or GPU.
 
 :func:`run_sft` checks the data against the model's chat template and length limit *before* anything heavy starts,
-builds a tiny model with :mod:`verlog.testing` when the config asks for one, launches
+builds a tiny model with :mod:`verlog.models.tiny_model` when the config asks for one, launches
 ``torchrun --standalone --nproc_per_node=N -m verl.trainer.sft_trainer`` with the overrides the CPU needs (through
 :func:`verlog.platform.enable_cpu_platform`; on a GPU machine the platform stays inert and the same overrides are
 harmless), streams verl's progress and losses, and exports the final checkpoint's Hugging Face folder to
@@ -10,7 +10,7 @@ harmless), streams verl's progress and losses, and exports the final checkpoint'
 Two things verl does that we adjust:
 
 - **Loss on the final answer only.** verl's ``MultiTurnSFTDataset`` puts loss on every assistant message of a row.
-  A demo row (verlog.demos) is one RL turn: the memory window, whose assistant messages are the expert's earlier
+  A demo row (verlog.sft.demos) is one RL turn: the memory window, whose assistant messages are the expert's earlier
   answers under "Previous plan:", then the answer of this turn. :class:`LastTurnSFTDataset` (the default,
   ``data.loss_on: last``) keeps the loss on the final assistant message, the tokens the policy writes in RL;
   ``data.loss_on: all`` keeps verl's behaviour.

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.memory import ANSWER_FORMATS, MemoryConfig
+from verlog.prompting.memory import ANSWER_FORMATS, MemoryConfig
 
 
 class SFTConfigError(VerlogError, ValueError):
@@ -32,8 +32,8 @@ class SFTModelConfig:
 
     Attributes:
         path: a Hugging Face model folder (or hub id when one can be downloaded).
-        build_tiny: build a tiny random-weight model at ``path`` with ``verlog.testing.build_tiny_model`` when the
-            folder does not exist (no pretrained weights on an offline machine).
+        build_tiny: build a tiny random-weight model at ``path`` with ``verlog.models.tiny_model.build_tiny_model`` when
+            the folder does not exist (no pretrained weights on an offline machine).
         tiny: sizes for ``build_tiny_model`` (``hidden_size``, ``num_layers``, ``num_heads``, ...).
         tokenizer_corpus: texts to train the tiny model's tokenizer on, added to verlog's default corpus
             (e.g. the demo answers); empty: the default corpus only.

@@ -34,7 +34,7 @@ _PARQUET_MAGIC = b"PAR1"
 
 def resolve_data(data: SFTDataConfig) -> tuple[str, str | None]:
     """The train and val parquet files of ``data`` (a demo folder gives its train.parquet and val.parquet)."""
-    from verlog.demos import TRAIN_FILE, VAL_FILE
+    from verlog.sft.demos import TRAIN_FILE, VAL_FILE
 
     train = Path(data.train)
     val = Path(data.val) if data.val else None
@@ -99,7 +99,7 @@ def _check_template(tokenizer: Any, messages: list[dict[str, str]], where: str) 
             raise SFTDataError(
                 f"{where}: an assistant message does not start with the chat template's generation prompt "
                 f"{tokenizer.decode(generation)!r}, so the loss mask would cover prompt tokens: use a chat template "
-                "whose generation prompt opens the assistant turn (e.g. ChatML, as verlog.testing builds)"
+                "whose generation prompt opens the assistant turn (e.g. ChatML, as verlog.models.tiny_model builds)"
             )
         pieces.extend(ids)
     if pieces != _token_ids(tokenizer, messages):
@@ -125,8 +125,8 @@ def check_data(
     if getattr(tokenizer, "chat_template", None) is None:
         raise SFTDataError(
             f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template, so the demos cannot be "
-            "rendered as the rollout renders prompts: use a model folder with a chat template (verlog.testing."
-            "build_tiny_model writes ChatML) or set tokenizer.chat_template and save it"
+            "rendered as the rollout renders prompts: use a model folder with a chat template "
+            "(verlog.models.tiny_model.build_tiny_model writes ChatML) or set tokenizer.chat_template and save it"
         )
     frame = read_rows(path)
     if "messages" not in frame.columns:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verlog.run_summary import duration
+from verlog.run.summary import duration
 from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
 from verlog.sft.data import DataReport, check_data, data_texts, resolve_data
 from verlog.sft.tapes import TapeSelection, is_tapes, select_episodes, write_tape_rows
@@ -96,7 +96,7 @@ def _will_build(config: SFTModelConfig) -> bool:
 
 
 def _tiny_corpus(config: SFTModelConfig, train_file: str | None, texts: list[str] | None) -> list[str]:
-    from verlog.testing import DEFAULT_CORPUS
+    from verlog.models.tiny_model import DEFAULT_CORPUS
 
     corpus = [*DEFAULT_CORPUS, *config.tokenizer_corpus]
     if config.tokenizer_from_data and train_file:
@@ -108,7 +108,7 @@ def _tiny_corpus(config: SFTModelConfig, train_file: str | None, texts: list[str
 
 def _tiny_spec(config: SFTModelConfig) -> Any:
     """The sizes of the tiny model to build (``model.tiny``), checked; :class:`SFTConfigError` naming the bad one."""
-    from verlog.model_folder import TinyModelSpec
+    from verlog.models.folder import TinyModelSpec
 
     try:
         spec = TinyModelSpec(**dict(config.tiny))
@@ -158,7 +158,7 @@ def _tiny_tokenizer(config: SFTModelConfig, train_file: str | None, texts: list[
 
     from transformers import AutoTokenizer, Qwen2Config
 
-    from verlog.testing import train_tokenizer
+    from verlog.models.tiny_model import train_tokenizer
 
     trained = train_tokenizer(_tiny_corpus(config, train_file, texts), _tiny_spec(config).vocab_size)
     with tempfile.TemporaryDirectory(prefix="verlog-sft-tokenizer-") as folder:
@@ -171,14 +171,14 @@ def _tiny_tokenizer(config: SFTModelConfig, train_file: str | None, texts: list[
 def prepare_model(
     config: SFTModelConfig, train_file: str | None = None, texts: list[str] | None = None, tokenizer: Any = None
 ) -> str:
-    """The model folder; built with ``verlog.testing.build_tiny_model`` when missing and ``build_tiny`` is set (its
-    tokenizer also trained on ``train_file``'s message texts, or on ``texts``, when ``tokenizer_from_data`` is set;
+    """The model folder; built with ``verlog.models.tiny_model.build_tiny_model`` when missing and ``build_tiny`` is set
+    (its tokenizer also trained on ``train_file``'s message texts, or on ``texts``, when ``tokenizer_from_data`` is set;
     or ``tokenizer``, the one :func:`model_tokenizer` trained and the data were checked with)."""
     path = Path(config.path)
     if (path / "config.json").is_file():
         return str(path.resolve())
     if config.build_tiny:
-        from verlog.testing import build_tiny_model
+        from verlog.models.tiny_model import build_tiny_model
 
         corpus = _tiny_corpus(config, train_file, texts) if tokenizer is None else None
         print(f"[verlog sft] building a tiny model at {path}", flush=True)

@@ -5,9 +5,10 @@ A tape keeps what each turn showed and answered, not the prompt the next run wil
 observation alone, and a prompt depends on the memory settings (past turns, reasoning kept, answer format, token
 budget) of the run that trains on the result. So each kept episode is *replayed*: its env is reset with the tape's
 seed and stepped by the rollout's own loop (:class:`verlog.rollout.stepper.EpisodeStepper`) with a
-:class:`~verlog.memory.SlidingMemory` of those settings and the tape's answers as the policy. Every prompt is then the
-rollout's for the same answers, token for token. Each replayed turn must show the taped observation, execute the taped
-action and give the taped reward, so tapes replayed with other env settings are refused, not turned into wrong rows.
+:class:`~verlog.prompting.memory.SlidingMemory` of those settings and the tape's answers as the policy. Every prompt is
+then the rollout's for the same answers, token for token. Each replayed turn must show the taped observation, execute
+the taped action and give the taped reward, so tapes replayed with other env settings are refused, not turned into wrong
+rows.
 
 Two stages, so that a bad selection is refused before any model loads: :func:`select_episodes` (read the tapes, keep
 the finished episodes that pass the filters) and :func:`write_tape_rows` (replay them, write ``train.parquet``,
@@ -24,12 +25,12 @@ from typing import Any
 
 from verlog.errors import PromptTooLongError
 from verlog.eval.report import SUMMARY_FILE, TURNS_FILE
-from verlog.logs import TurnLog, TurnLogError, group_episodes, iter_turn_logs
-from verlog.memory import SlidingMemory
+from verlog.prompting.memory import SlidingMemory
 from verlog.rollout.stepper import EpisodeStepper, LocalEnv, PolicyInput, TextPolicy
-from verlog.run_folder import CONFIG_FILE
+from verlog.run.folder import CONFIG_FILE
 from verlog.sft.config import SFTDataError, SFTTapesConfig
-from verlog.tapes import EVAL_TAPES, PLAY_TAPES, TRAIN_TAPES, action_offset
+from verlog.tapes.record import TurnLog, TurnLogError, group_episodes, iter_turn_logs
+from verlog.tapes.recorders import EVAL_TAPES, PLAY_TAPES, TRAIN_TAPES, action_offset
 
 TAPE_FILES = (TRAIN_TAPES, EVAL_TAPES, PLAY_TAPES, TURNS_FILE)
 """The tape files a folder may hold: a training run's (training and in-training evaluation tapes), a ``verlog play
@@ -319,7 +320,7 @@ def tape_answer(record: TurnLog, env: Any, answer_format: str) -> str:
     ``ACTION:`` line), the answer the prompt asks for, written as ``verlog demos`` writes the expert's."""
     if record.source != "play" or not record.action_valid or action_offset(record.response) is not None:
         return record.response
-    from verlog.demos import format_answer, think_text
+    from verlog.sft.demos import format_answer, think_text
 
     return format_answer(think_text(record.env_id, env, record.action), record.action, answer_format)
 

@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from verlog.files import write_atomically
-from verlog.run_folder import RunFolder
+from verlog.run.files import write_atomically
+from verlog.run.folder import RunFolder
 from verlog.sweep.space import SearchSpace, SweepSpaceError, Trial
 from verlog.sweep.space_file import parse_space
 

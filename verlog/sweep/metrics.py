@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verlog.async_modes import REGISTRY, AsyncMode, WeightSyncPolicy, mode_names
+from verlog.config.async_modes import REGISTRY, AsyncMode, WeightSyncPolicy, mode_names
 
 FAMILY = "<family>"
 """In a metric name of :data:`VERLOG_METRICS`: one task family's name (``env.tasks``; docs/curriculum.md)."""

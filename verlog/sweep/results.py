@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verlog.files import read_jsonl
-from verlog.run_folder import RunFolder
+from verlog.run.files import read_jsonl
+from verlog.run.folder import RunFolder
 from verlog.sweep.folder import SweepFolder, read_json
 from verlog.sweep.space import EVAL_METRIC_PREFIX, SearchSpace, Trial, format_value
 
@@ -43,7 +43,7 @@ class TrialResult:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The complete records of a metrics.jsonl ([] when missing; a torn last line, still being written or cut by a
-    kill, is skipped: :mod:`verlog.files`' rule).
+    kill, is skipped: :mod:`verlog.run.files`' rule).
 
     Raises:
         JsonLinesError: a whole line is not JSON (``file:line``).

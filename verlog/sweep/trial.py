@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.files import parse_lines
-from verlog.run_folder import RunFolder
+from verlog.run.files import parse_lines
+from verlog.run.folder import RunFolder
 from verlog.sweep.folder import FINAL_STATUSES, read_json, starts_fresh, write_json
 
 REPORTED_KEYS = (
@@ -105,7 +105,7 @@ def reported(record: dict[str, Any], job: TrialJob) -> dict[str, Any] | None:
 
 class MetricsTail:
     """The complete records appended to a metrics.jsonl since the last :meth:`read` (a partial last line waits for
-    its newline; a whole line that is not JSON raises :class:`verlog.files.JsonLinesError` naming it)."""
+    its newline; a whole line that is not JSON raises :class:`verlog.run.files.JsonLinesError` naming it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

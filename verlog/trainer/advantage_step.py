@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from verlog.advantage import turn_trace_weights
+from verlog.algorithms.dual_gae import turn_trace_weights
+from verlog.algorithms.estimators import Grouping, Rows, get_estimator
+from verlog.algorithms.group_advantage import spread_untrained_rows
 from verlog.config.schema import AlgorithmConfig, TrainConfig
-from verlog.estimators import Grouping, Rows, get_estimator
-from verlog.group_advantage import spread_untrained_rows
 from verlog.rollout.iteration import TAPE_TENSORS, estimate_advantages, record_iteration_tapes
 
 
@@ -67,8 +67,8 @@ def row_keys(data: DataProto) -> list[tuple[str, int]]:
 
 
 def trace_weights_of(data: DataProto) -> torch.Tensor:
-    """``[B]`` V-trace's ``c = min(1, rho)`` of each row (:func:`verlog.advantage.turn_trace_weights`), from the
-    batch's ``old_log_probs`` and ``rollout_log_probs``; all 1 when either is missing. A row gets 1 when its
+    """``[B]`` V-trace's ``c = min(1, rho)`` of each row (:func:`verlog.algorithms.dual_gae.turn_trace_weights`), from
+    the batch's ``old_log_probs`` and ``rollout_log_probs``; all 1 when either is missing. A row gets 1 when its
     generation failed (the ``generation_failed`` column, when there is one) or its rollout log-probs are unknown
     (``TurnBatch.to_tensors`` leaves them all 0 on the row's response tokens)."""
     tensors = data.batch
@@ -85,7 +85,7 @@ def trace_weights_of(data: DataProto) -> torch.Tensor:
 
 
 def rows_of(data: DataProto, algorithm: AlgorithmConfig | None = None) -> Rows:
-    """The estimators' view of a batch: its tensors and row columns (:class:`verlog.estimators.Rows`); with
+    """The estimators' view of a batch: its tensors and row columns (:class:`verlog.algorithms.estimators.Rows`); with
     ``algorithm.turn_trace=vtrace`` also each row's trace weight (:func:`trace_weights_of`)."""
     columns, tensors = data.non_tensor_batch, data.batch
     present = tensors.keys()
@@ -116,7 +116,7 @@ def advantage_step(data: DataProto, settings: TrainConfig, layout: BatchLayout) 
     Returns:
         :class:`AdvantageStep`: ``data`` itself with ``advantages`` and ``returns`` set; with group rollouts and verl
         not shuffling, its rows reordered within each rank's chunk so that every mini-batch holds trained rows
-        (:func:`verlog.group_advantage.spread_untrained_rows`).
+        (:func:`verlog.algorithms.group_advantage.spread_untrained_rows`).
 
     Raises:
         VerlogError: a non-finite reward or advantage; group estimators on rows without group ids.
@@ -144,10 +144,10 @@ def record_tapes(
     entropys: torch.Tensor | None,
     step: int,
 ) -> int:
-    """The iteration's sampled episodes into ``tapes/train.jsonl`` (:class:`verlog.tapes.TrainingTapes`).
+    """The iteration's sampled episodes into ``tapes/train.jsonl`` (:class:`verlog.tapes.recorders.TrainingTapes`).
 
     Args:
-        tapes: the run's :class:`~verlog.tapes.TrainingTapes`, or None (no tapes).
+        tapes: the run's :class:`~verlog.tapes.recorders.TrainingTapes`, or None (no tapes).
         data: the trained batch after :func:`advantage_step`.
         rollout_rows: the :class:`~verlog.rollout.batch.TurnRow` objects of this iteration's rollout, any order;
             each row of ``data`` is matched to its own by (episode id, turn index).
@@ -163,7 +163,7 @@ def record_tapes(
         TapeRowsError: a row of ``data`` is not among ``rollout_rows`` (the batch is not this rollout's): its tapes
             would be lost.
     """
-    from verlog.tapes import TapeRowsError
+    from verlog.tapes.recorders import TapeRowsError
 
     if tapes is None or step < 1:
         return 0
@@ -187,7 +187,7 @@ def update_curriculum(curriculum: Any, data: DataProto, episodes: Sequence[Any],
     estimator: the mean ``|A|`` of each task family's trained rows, docs/curriculum.md), then its metrics.
 
     Args:
-        curriculum: the run's :class:`verlog.curriculum.TaskCurriculum`, or None (one task).
+        curriculum: the run's :class:`verlog.algorithms.curriculum.TaskCurriculum`, or None (one task).
         data: the trained batch after :func:`advantage_step` (rows with a ``task`` column in multi-task training).
         episodes: the episodes that ended during this iteration's rollout (each with its ``task``).
         step: the iteration; not during the critic warm-up (step 0: no iteration yet, and an untrained critic's
@@ -196,7 +196,7 @@ def update_curriculum(curriculum: Any, data: DataProto, episodes: Sequence[Any],
     Returns:
         The ``curriculum/`` and ``family/`` metrics (docs/metrics.md), or {} when there is nothing to update.
     """
-    from verlog.curriculum import curriculum_metrics, family_abs_advantage
+    from verlog.algorithms.curriculum import curriculum_metrics, family_abs_advantage
 
     columns = data.non_tensor_batch
     if curriculum is None or "task" not in columns or step < 1:

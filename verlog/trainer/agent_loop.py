@@ -21,10 +21,10 @@ from verl.experimental.agent_loop import AgentLoopManager
 from verl.utils.model import compute_position_id_with_mask
 
 from verlog.errors import VerlogError
-from verlog.fault_points import reached
 from verlog.rollout.batch import TurnBatch
 from verlog.rollout.iteration import RolloutRecord, collect_iteration
 from verlog.rollout.manager import RolloutManager
+from verlog.run.fault_points import reached
 from verlog.trainer.async_rollout import RolloutAhead
 from verlog.trainer.vision_rows import image_row_metrics, vision_columns
 

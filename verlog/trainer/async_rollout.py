@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from verlog.async_modes import WeightSyncPolicy
+from verlog.config.async_modes import WeightSyncPolicy
 
 
 class RolloutAhead:
@@ -140,8 +140,8 @@ class WeightSync:
 
     Args:
         manager: verl's ``CheckpointEngineManager``.
-        policy: the async mode's (verlog/async_modes.py): ``DEFER`` an update while a collect runs (``one_step_off``)
-            or ``INTERRUPT`` the collect: abort, update, resume (``in_flight``).
+        policy: the async mode's (verlog/config/async_modes.py): ``DEFER`` an update while a collect runs
+            (``one_step_off``) or ``INTERRUPT`` the collect: abort, update, resume (``in_flight``).
         busy: whether a collect is running now.
     """
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from verlog.console import QuietConsole
 from verlog.errors import VerlogError
-from verlog.model_folder import has_weights
-from verlog.run_folder import CHECKPOINTS, TRACKER, latest_step, step_folder
+from verlog.models.folder import has_weights
+from verlog.run.folder import CHECKPOINTS, TRACKER, latest_step, step_folder
 
 HF_SUBFOLDER = "huggingface"
 """The Hugging Face folder inside a checkpoint's ``actor/`` (verl's name)."""

@@ -13,11 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlog.async_modes import get_async_mode
+from verlog.algorithms.estimators import get_estimator
 from verlog.config import TrainConfig
+from verlog.config.async_modes import get_async_mode
 from verlog.config.checks import TrainConfigError, check_config
-from verlog.estimators import get_estimator
-from verlog.run_folder import RunFolder
+from verlog.run.folder import RunFolder
 
 __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check_config", "verl_overrides"]
 
@@ -137,10 +137,10 @@ def _rollout_overrides(cfg: TrainConfig) -> list[str]:
 
 
 def _image_limit_overrides(max_image_history: int) -> list[str]:
-    """vLLM's images per prompt for a run with images (``limit_mm_per_prompt``, no videos: verlog.vision)."""
+    """vLLM's images per prompt for a run with images (``limit_mm_per_prompt``, no videos: verlog.models.vision)."""
     if max_image_history <= 0:
         return []
-    from verlog.vision import vllm_mm_limits
+    from verlog.models.vision import vllm_mm_limits
 
     limits = ",".join(f"{k}:{v}" for k, v in vllm_mm_limits(max_image_history).items())
     return [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={{{limits}}}"]

@@ -28,12 +28,12 @@ from verlog.eval.protocol import EvalProtocol
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.training import RESERVED_SEED_START as RESERVED_SEED_START  # its old home: tests import it here
 from verlog.eval.training import eval_protocol
-from verlog.files import append_jsonl
-from verlog.memory import MemoryConfig
+from verlog.prompting.memory import MemoryConfig
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator
-from verlog.run_folder import EVAL_EPISODES, RunFolder
-from verlog.sampling import SamplingConfig
-from verlog.tapes import TapesConfig
+from verlog.run.files import append_jsonl
+from verlog.run.folder import EVAL_EPISODES, RunFolder
+from verlog.tapes.recorders import TapesConfig
 
 if TYPE_CHECKING:
     from verlog.config.schema import TrainConfig
@@ -80,7 +80,7 @@ def family_protocols(cfg: DictConfig) -> tuple[tuple[str, EvalProtocol], ...]:
     kwargs, on the same seeds; empty for a single-task run."""
     import dataclasses
 
-    from verlog.curriculum import parse_task_families
+    from verlog.algorithms.curriculum import parse_task_families
 
     tasks = OmegaConf.select(cfg, "env.tasks", default=None)
     if not tasks:
@@ -163,7 +163,7 @@ class TrainingEvaluator:
 
         from envs.registry import register_entry_point
         from verlog.config.checks import typed_config
-        from verlog.tapes import frame_env_kwargs
+        from verlog.tapes.recorders import frame_env_kwargs
 
         if typed is None:
             typed, _ = typed_config(cfg)
@@ -191,7 +191,7 @@ class TrainingEvaluator:
         reported as ``eval/failed`` = 1.
         """
         from verlog.eval.runner import run_episodes
-        from verlog.tapes import EvalTapeWriter
+        from verlog.tapes.recorders import EvalTapeWriter
 
         start = time.perf_counter()
         runs = self.families or (("", self.protocol),)

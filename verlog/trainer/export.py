@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import RunFault, VerlogError
-from verlog.model_folder import has_weights
-from verlog.run_folder import CHECKPOINTS, CONFIG_FILE, VERL_CONFIG_FILE
+from verlog.models.folder import has_weights
+from verlog.run.folder import CHECKPOINTS, CONFIG_FILE, VERL_CONFIG_FILE
 from verlog.trainer.checkpoint_model import (
     ADAPTER_SUBFOLDER,
     CheckpointModelError,
@@ -91,7 +91,7 @@ class ExportSource:
 
 def out_problem(out: Path) -> str | None:
     """Why ``out`` cannot receive an export, or None: it must not exist, or be an empty folder (never overwritten)."""
-    from verlog.output_folder import creation_problem
+    from verlog.run.output_folder import creation_problem
 
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} is a file: give a new folder"

@@ -2,7 +2,7 @@
 
 verl's ``TrainingWorker.set_loss_fn`` takes a function ``(config, model_output, data, dp_group=None) -> (loss,
 metrics)``; this one has the signature and normalisation of verl's ``value_loss`` and adds Verlog's "highlight first"
-weight on each row's ``V(s_t)`` (``verlog.advantage.value_loss``). With weight 1 it equals verl's loss.
+weight on each row's ``V(s_t)`` (``verlog.algorithms.dual_gae.value_loss``). With weight 1 it equals verl's loss.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.utils.torch_functional import masked_mean
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verlog.advantage import value_loss
+from verlog.algorithms.dual_gae import value_loss
 
 
 def critic_loss(

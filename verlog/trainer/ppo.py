@@ -47,23 +47,23 @@ from torch.utils.data import Dataset, SequentialSampler
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 
-from verlog.async_modes import AsyncMode, get_async_mode
+from verlog.algorithms.estimators import Estimator, Grouping, get_estimator
+from verlog.config.async_modes import AsyncMode, get_async_mode
 from verlog.config.env_backend import env_pool_arguments, ray_workers_line
 from verlog.config.schema import TrainConfig
 from verlog.console import say
-from verlog.estimators import Estimator, Grouping, get_estimator
+from verlog.models.vision import rollout_processor
 from verlog.rollout.build import build_rollout
 from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.iteration import append_iteration_logs
 from verlog.rollout.manager import RolloutManager
-from verlog.run_summary import iteration_line
+from verlog.run.summary import iteration_line
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.model_passes import ModelPasses
 from verlog.trainer.run_state import RunState
 from verlog.trainer.seams import check_seams
 from verlog.trainer.step_value import StepValue
-from verlog.vision import rollout_processor
 
 
 class TickDataset(Dataset):
@@ -169,15 +169,15 @@ class VerlogPPOTrainer(RunState, ModelPasses):
         return rollout
 
     def _estimator(self) -> Estimator:
-        """``algorithm.estimator``'s registry entry (verlog/estimators.py)."""
+        """``algorithm.estimator``'s registry entry (verlog/algorithms/estimators.py)."""
         return get_estimator(self.settings.algorithm.estimator)
 
     def _async_mode(self) -> AsyncMode:
-        """``rollout.async_mode``'s registry entry (verlog/async_modes.py)."""
+        """``rollout.async_mode``'s registry entry (verlog/config/async_modes.py)."""
         return get_async_mode(self.settings.rollout.async_mode)
 
     def _build_tapes(self) -> Any:
-        from verlog.tapes import TrainingTapes
+        from verlog.tapes.recorders import TrainingTapes
 
         settings = self.settings
         return TrainingTapes(

@@ -18,11 +18,11 @@ from omegaconf import open_dict
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 
-from verlog.async_modes import mode_names
+from verlog.config.async_modes import mode_names
 from verlog.console import say
 from verlog.errors import VerlogError
-from verlog.fault_points import reached
-from verlog.run_folder import (
+from verlog.run.fault_points import reached
+from verlog.run.folder import (
     ROLLOUT_STATE_FILE,
     CheckpointWriteError,
     commit_checkpoint,
@@ -45,7 +45,7 @@ class RunState(RayPPOTrainer):
 
     def _save_checkpoint(self) -> None:
         """verl's checkpoint and the env slots' state, written into ``checkpoints/.incoming/`` and made the latest
-        only once complete (:func:`verlog.run_folder.commit_checkpoint`): a kill while it is written leaves the
+        only once complete (:func:`verlog.run.folder.commit_checkpoint`): a kill while it is written leaves the
         previous checkpoint the latest one."""
         trainer_cfg = self.config.trainer
         checkpoints = str(trainer_cfg.default_local_dir)
@@ -75,7 +75,7 @@ class RunState(RayPPOTrainer):
                 f"writing the checkpoint of iteration {step} failed ({describe_os_error(cause)}); the partial "
                 "checkpoint was removed and the latest complete one is untouched: free space (or fix the folder)"
             ) from exc
-        reached("checkpoint", step, self.settings.output_dir)  # tests' kill point (verlog.fault_points)
+        reached("checkpoint", step, self.settings.output_dir)  # tests' kill point (verlog.run.fault_points)
         commit_checkpoint(checkpoints, step)
 
     def _load_checkpoint(self) -> Any:

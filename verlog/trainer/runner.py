@@ -18,14 +18,15 @@ from verlog.console import say
 
 
 def prepare_model(cfg: TrainConfig) -> str:
-    """The model folder; built with ``verlog.testing.build_tiny_model`` when it is missing and ``build_tiny`` is set
-    (a missing local folder without ``build_tiny`` is refused before launch: verlog.config.preflight.check_model)."""
+    """The model folder; built with ``verlog.models.tiny_model.build_tiny_model`` when it is missing and ``build_tiny``
+    is set (a missing local folder without ``build_tiny`` is refused before launch:
+    verlog.config.preflight.check_model)."""
     model = cfg.model
     path = model.path
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
         return path
     if model.build_tiny:
-        from verlog.testing import build_tiny_model
+        from verlog.models.tiny_model import build_tiny_model
 
         say(f"[verlog] building a tiny model at {path}")
         build_tiny_model(path, **dict(getattr(model, "tiny", None) or {}))
@@ -48,7 +49,7 @@ def _platform_env(cfg: TrainConfig) -> None:
         os.environ[VENDOR_ENV] = VENDOR
     else:
         os.environ.pop("VERL_ENGINE_VENDOR", None)
-    from verlog.vision import is_vision_model
+    from verlog.models.vision import is_vision_model
 
     if is_vision_model(cfg.model.path):  # the critic on a VLM: verl's loader finds verlog's value model class
         from verlog.trainer.value_model import VALUE_MODEL_MODULE
@@ -136,11 +137,11 @@ def build_trainer(verl_cfg: DictConfig) -> Any:
 
 def prepare_resume(cfg: TrainConfig) -> int | None:
     """Before a (re)start in ``cfg.output_dir`` (its lock held): remove what a kill left half-written
-    (:func:`verlog.run_folder.recover_checkpoints`) and, when the run resumes, move the log records of iterations
-    after the resumed checkpoint to ``superseded/`` (:func:`verlog.run_folder.cut_logs`); one line each.
+    (:func:`verlog.run.folder.recover_checkpoints`) and, when the run resumes, move the log records of iterations
+    after the resumed checkpoint to ``superseded/`` (:func:`verlog.run.folder.cut_logs`); one line each.
 
     Returns: the iteration the run resumes from, None for a fresh run."""
-    from verlog.run_folder import STEP_PREFIX, RunFolder, cut_logs, recover_checkpoints
+    from verlog.run.folder import STEP_PREFIX, RunFolder, cut_logs, recover_checkpoints
 
     run = RunFolder(cfg.output_dir)
     lines = recover_checkpoints(run.checkpoints)
@@ -163,9 +164,9 @@ def prepare_resume(cfg: TrainConfig) -> int | None:
 def train(cfg: TrainConfig) -> Path:
     """Train with verlog's checked config ``cfg`` (:func:`verlog.config.preflight`); returns the output folder
     (checkpoints, metrics.jsonl, config.yaml)."""
-    from verlog.run_folder import RunFolder
+    from verlog.models.vision import prefix_sharing_off_reason
+    from verlog.run.folder import RunFolder
     from verlog.trainer.config import build_verl_config
-    from verlog.vision import prefix_sharing_off_reason
 
     out = Path(cfg.output_dir).absolute()
     run = RunFolder(out)
@@ -199,7 +200,7 @@ def train(cfg: TrainConfig) -> Path:
         if rollout is not None:
             rollout.close()  # the pipeline's env thread, then the env pool
         ray.shutdown()
-    from verlog.run_summary import read_metrics, summary_lines, write_learning_curve
+    from verlog.run.summary import read_metrics, summary_lines, write_learning_curve
 
     records = read_metrics(run.metrics)
     for line in summary_lines(records):

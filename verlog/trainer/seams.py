@@ -9,8 +9,8 @@ CPU platform patches (verlog/platform/cpu.py).
 
 Swapped at run time, for the duration of ``fit()`` only:
 - ``verl.trainer.ppo.ray_trainer.compute_advantage`` (``fit`` calls the module global): the advantage step of
-  ``algorithm.estimator``'s registry entry (verlog/estimators.py, verlog/trainer/advantage_step.py), then the tapes
-  and the curriculum on the rows it trains;
+  ``algorithm.estimator``'s registry entry (verlog/algorithms/estimators.py, verlog/trainer/advantage_step.py), then the
+  tapes and the curriculum on the rows it trains;
 - ``verl.utils.tracking.Tracking`` (``fit`` imports it when it starts): verlog's metrics merged into every record and
   written to metrics.jsonl.
 

@@ -2,9 +2,9 @@
 
 A row whose prompt showed images (``TurnRow.images``; its ``prompt_ids`` hold each image's expanded
 ``<|image_pad|>`` run) carries its vision inputs in the non-tensor column ``multi_modal_inputs``
-(:func:`verlog.vision.pixel_inputs`: ``pixel_values``, ``image_grid_thw``, ``images_seqlens``); verl's FSDP engine
-concatenates a micro-batch's dicts (``verl.utils.model.extract_multi_modal_inputs``) and passes them to the model for
-the old log-probs, the reference and the update. A row without images has ``{}``.
+(:func:`verlog.models.vision.pixel_inputs`: ``pixel_values``, ``image_grid_thw``, ``images_seqlens``); verl's FSDP
+engine concatenates a micro-batch's dicts (``verl.utils.model.extract_multi_modal_inputs``) and passes them to the model
+for the old log-probs, the reference and the update. A row without images has ``{}``.
 
 Qwen2-VL's rotary embedding has three position rows (time, height, width: the image's tokens sit on a grid, text
 advances all three), computed with verl's ``verl.models.transformers.qwen2_vl.get_rope_index``. verl's rows carry
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from verlog.errors import VerlogError
+from verlog.models.vision import IMAGE_PAD, pixel_inputs
 from verlog.rollout.batch import TurnRow
-from verlog.vision import IMAGE_PAD, pixel_inputs
 
 
 class ImageRowError(VerlogError, RuntimeError):

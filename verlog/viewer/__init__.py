@@ -5,7 +5,8 @@ API::
     from verlog.viewer import build_view
     result = build_view("outputs/run", out="run.html", max_episodes=300)   # ViewResult(path, bytes, ...)
 
-docs/viewer.md describes the page; :mod:`verlog.viewer.data` the folders it reads; :mod:`verlog.tapes` the tapes.
+docs/viewer.md describes the page; :mod:`verlog.viewer.data` the folders it reads; :mod:`verlog.tapes.recorders` the
+tapes.
 """
 
 from verlog.viewer.build import DEFAULT_MAX_EPISODES, ViewResult, build_payload, build_view, render_html

@@ -18,9 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from verlog.logs import SCHEMA_VERSION, TurnLog
-from verlog.run_folder import VIEW_PAGE
-from verlog.tapes import split_response
+from verlog.run.folder import VIEW_PAGE
+from verlog.tapes.record import SCHEMA_VERSION, TurnLog
+from verlog.tapes.recorders import split_response
 from verlog.viewer.data import RunData, ViewError, load_run
 
 DEFAULT_MAX_EPISODES = 300

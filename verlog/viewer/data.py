@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import VerlogError
-from verlog.files import JsonLinesError, TornLine, json_lines
-from verlog.logs import SCHEMA_VERSION, TurnLog, TurnLogError, schema_version
-from verlog.run_folder import CONFIG_FILE, EVAL_TAPES, METRICS_FILE, TRAIN_TAPES
-from verlog.run_folder import EVAL_EPISODES as TRAIN_EVAL_EPISODES
+from verlog.run.files import JsonLinesError, TornLine, json_lines
+from verlog.run.folder import CONFIG_FILE, EVAL_TAPES, METRICS_FILE, TRAIN_TAPES
+from verlog.run.folder import EVAL_EPISODES as TRAIN_EVAL_EPISODES
+from verlog.tapes.record import SCHEMA_VERSION, TurnLog, TurnLogError, schema_version
 
 EVAL_SUMMARY = "summary.json"
 EVAL_EPISODES = "episodes.jsonl"
@@ -69,7 +69,7 @@ class Notes(list):
 
 
 def _json_lines(path: Path, notes: list[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of a JSONL file; a torn last line (:mod:`verlog.files`' rule: a writer interrupted
+    """(line number, value) of a JSONL file; a torn last line (:mod:`verlog.run.files`' rule: a writer interrupted
     mid-line) is skipped with a note (and, when ``notes`` is a :class:`Notes`, a console warning naming the file and
     line), a bad line elsewhere is a :class:`ViewError`."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verlog.async_modes import mode_names
+from verlog.config.async_modes import mode_names
 from verlog.config.checks import check_async, check_config, check_values, typed_config, verl_setting
 from verlog.config.compose import DEFAULT_CONFIG_DIR, load_config
 from verlog.config.schema import TrainConfig

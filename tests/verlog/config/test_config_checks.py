@@ -445,8 +445,10 @@ def test_the_documented_train_commands_pass_their_dry_run(tmp_path: Path, capsys
 def test_one_class_per_section_and_the_moved_sampling_key() -> None:
     """The sections a plain module receives are that module's classes (one each); training's response length is
     ``rollout.max_response_tokens``, and ``sampling.max_tokens`` says so."""
-    from verlog import curriculum, memory, sampling, tapes
+    from verlog.algorithms import curriculum
     from verlog.config import schema
+    from verlog.prompting import memory, sampling
+    from verlog.tapes import recorders as tapes
 
     assert schema.SamplingConfig is sampling.SamplingConfig and schema.MemoryConfig is memory.MemoryConfig
     assert schema.TapesConfig is tapes.TapesConfig and schema.CurriculumConfig is curriculum.CurriculumConfig

@@ -20,7 +20,7 @@ import pytest
 
 from verlog.cli import main
 from verlog.eval.report import read_episode_records
-from verlog.logs import read_turn_logs
+from verlog.tapes.record import read_turn_logs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import pytest
 from verlog.cli import main
 from verlog.eval.engine import EvalModelError, resolve_model_path
 from verlog.eval.report import read_episode_records
-from verlog.logs import read_turn_logs
+from verlog.tapes.record import read_turn_logs
 
 GROUP_KEYS = {
     "episodes",

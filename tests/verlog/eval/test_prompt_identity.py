@@ -20,7 +20,7 @@ from verlog.cli import main
 from verlog.config.checks import typed_config
 from verlog.config.compose import load_config
 from verlog.eval.engine import LoadedModel
-from verlog.memory import SlidingMemory
+from verlog.prompting.memory import SlidingMemory
 from verlog.rollout import Generation, GenerationRequest, RolloutManager, SamplingConfig, make_env_pool
 from verlog.trainer.evaluation import TrainingEvaluator
 

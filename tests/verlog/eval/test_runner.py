@@ -13,8 +13,8 @@ from envs.core import TextEnv, TextObservation
 from verlog.eval import EvalProtocol, evaluate, read_episode_records, run_episodes
 from verlog.eval.engine import LoadedModel
 from verlog.eval.protocol import EvalProtocolError
-from verlog.logs import TurnLog, TurnLogWriter, group_episodes, read_turn_logs
 from verlog.rollout.generator import Generation, GenerationRequest, SamplingConfig
+from verlog.tapes.record import TurnLog, TurnLogWriter, group_episodes, read_turn_logs
 
 GOAL = 4
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from verlog.curriculum import CurriculumConfig
-from verlog.memory import MemoryConfig
+from verlog.algorithms.curriculum import CurriculumConfig
+from verlog.prompting.memory import MemoryConfig
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.build import build_rollout
-from verlog.sampling import SamplingConfig
 
 
 def _build(tokenizer, generator, **kw):

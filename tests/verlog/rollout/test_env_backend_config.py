@@ -11,7 +11,7 @@ import pytest
 from verlog.config.checks import typed_config
 from verlog.config.env_backend import LEGACY_NOTE, env_backend_problems, env_pool_arguments
 from verlog.config.schema import TrainConfig
-from verlog.memory import MemoryConfig
+from verlog.prompting.memory import MemoryConfig
 from verlog.rollout import SamplingConfig
 from verlog.rollout.build import build_rollout
 

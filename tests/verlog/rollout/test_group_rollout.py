@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from envs.toy import DelayedRewardEnv
-from verlog.group_advantage import group_advantages
+from verlog.algorithms.group_advantage import group_advantages
 from verlog.rollout import Generation, RolloutManager, SamplingConfig
 from verlog.rollout.manager import GroupRolloutError, group_seed
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from verlog.memory import SlidingMemory
+from verlog.models.vision import IMAGE_PAD, ImageTokenCounter, expand_image_pads, load_tiny_vlm_processor
+from verlog.prompting.memory import SlidingMemory
 from verlog.rollout.manager import make_env_pool
 from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, PolicyInput
-from verlog.vision import IMAGE_PAD, ImageTokenCounter, expand_image_pads, load_tiny_vlm_processor
 
 
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.tiny_vlm import build_tiny_vlm
+    from verlog.models.tiny_vlm import build_tiny_vlm
 
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model")
 

@@ -15,8 +15,8 @@ from verlog.config.schema import AlgorithmConfig
 from verlog.errors import VerlogError
 from verlog.rollout import Generation, RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.iteration import estimate_advantages, rows_of_batch, run_iteration
-from verlog.run_folder import RunFolder
-from verlog.tapes import TapesConfig, TrainingTapes
+from verlog.run.folder import RunFolder
+from verlog.tapes.recorders import TapesConfig, TrainingTapes
 
 
 class HashGenerator:

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from verlog.curriculum import CurriculumConfig, TaskCurriculum, curriculum_metrics, family_abs_advantage
+from verlog.algorithms.curriculum import CurriculumConfig, TaskCurriculum, curriculum_metrics, family_abs_advantage
 from verlog.rollout import RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.manager import RolloutStateError
 

@@ -14,9 +14,9 @@ import pytest
 from envs.errors import EnvPoolError
 from envs.pool import EnvPool
 from envs.toy import DelayedRewardEnv
-from verlog.curriculum import CurriculumConfig, TaskCurriculum
+from verlog.algorithms.curriculum import CurriculumConfig, TaskCurriculum
 from verlog.errors import GeneratorDownError
-from verlog.memory import MemoryConfig
+from verlog.prompting.memory import MemoryConfig
 from verlog.rollout import Generation, RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.build import build_rollout
 from verlog.rollout.manager import PIPELINE_MIN_ENV_SHARE, GroupRolloutError, overlap_seconds, pipeline_slot_groups

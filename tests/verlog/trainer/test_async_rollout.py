@@ -14,10 +14,10 @@ import pytest
 import torch
 from verl import DataProto
 
-from verlog.async_modes import WeightSyncPolicy, get_async_mode
+from verlog.config.async_modes import WeightSyncPolicy, get_async_mode
+from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.batch import TurnBatch, TurnRow
 from verlog.rollout.generator import GenerationRequest, VerlServerGenerator
-from verlog.sampling import SamplingConfig
 from verlog.trainer.agent_loop import version_metrics
 from verlog.trainer.async_rollout import RolloutAhead, WeightSync, lag_step
 

@@ -13,7 +13,7 @@ from verlog.config.compose import load_config
 from verlog.config.preflight import preflight
 from verlog.eval.runner import EpisodeRecord
 from verlog.eval.stats import balrog_mean_se
-from verlog.memory import MemoryConfig
+from verlog.prompting.memory import MemoryConfig
 from verlog.rollout.generator import Generation
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 from verlog.trainer.evaluation import (
@@ -124,7 +124,7 @@ class _ForwardGenerator:
 def test_evaluator_runs_the_protocol_with_training_settings(tiny_model: Path, tmp_path: Path, capsys):
     from transformers import AutoTokenizer
 
-    from verlog.memory import ACTION_FORMAT_INSTRUCTION
+    from verlog.prompting.memory import ACTION_FORMAT_INSTRUCTION
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
     cfg = load_config(

@@ -66,7 +66,7 @@ def test_the_trainers_log_seam_writes_the_librarys_lines(tokenizer, tmp_path):
     from types import SimpleNamespace
 
     from verlog.rollout.iteration import append_iteration_logs
-    from verlog.run_folder import RunFolder
+    from verlog.run.folder import RunFolder
     from verlog.trainer.ppo import VerlogPPOTrainer
 
     rollout = make_rollout(tokenizer, slots=2)

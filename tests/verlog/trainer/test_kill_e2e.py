@@ -4,7 +4,7 @@ One run folder, three processes of ``verlog train`` (babyai/goto, 2 slots x 2 tu
 
 1. SIGKILL of the whole process group while the checkpoint of iteration 4 is being written (the run pauses there
    through ``VERLOG_TEST_PAUSE=checkpoint:4`` and the fault hook pause_hook.py, beside this file, installed with
-   ``VERLOG_FAULT_HOOK``: verlog.fault_points): iteration 2's checkpoint stays the latest; the torn one is only in
+   ``VERLOG_FAULT_HOOK``: verlog.run.fault_points): iteration 2's checkpoint stays the latest; the torn one is only in
    ``checkpoints/.incoming``.
 2. ``checkpoint.resume=auto``: it removes the torn checkpoint and says so in one line, takes over the killed run's
    lock, moves iteration 3's records to ``superseded/``, resumes at iteration 3 with the saved env slots; SIGKILL of
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from pause_hook import PAUSE_ENV  # this folder is on sys.path (pytest's rootdir-relative test imports)
 
-from verlog.fault_points import HOOK_ENV
+from verlog.run.fault_points import HOOK_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 

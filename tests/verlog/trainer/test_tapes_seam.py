@@ -43,8 +43,8 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
     from verl import DataProto
 
     from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
-    from verlog.logs import read_turn_logs
-    from verlog.tapes import TapeRowsError, TapesConfig, TrainingTapes
+    from verlog.tapes.record import read_turn_logs
+    from verlog.tapes.recorders import TapeRowsError, TapesConfig, TrainingTapes
     from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes
 
     rows, n = _rollout_rows()

@@ -279,7 +279,7 @@ def test_resume_continues_the_same_episodes(runs):
 def test_every_row_is_linked_bootstrapped_or_ended(runs):
     """Each iteration's 16 rows split exactly into linked rows (the episode's next turn is in the batch), bootstrapped
     rows (the episode goes on past the batch: V(s_T)) and rows that end their episode, as the tapes record them."""
-    from verlog.logs import read_turn_logs
+    from verlog.tapes.record import read_turn_logs
 
     base, _, _ = runs
     tapes = read_turn_logs(base / "run1" / "tapes" / "train.jsonl")
@@ -300,9 +300,9 @@ def test_an_episode_across_three_iterations(runs):
     GAE, with the boundaries bootstrapped by the logged V(s_T)."""
     import numpy as np
 
-    from verlog.advantage import reference_dual_discount_gae
+    from verlog.algorithms.dual_gae import reference_dual_discount_gae
     from verlog.config.schema import TrainConfig
-    from verlog.logs import group_episodes, read_turn_logs
+    from verlog.tapes.record import group_episodes, read_turn_logs
 
     base, _, _ = runs
     episodes = group_episodes(read_turn_logs(base / "run1" / "tapes" / "train.jsonl"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from verlog.advantage import dual_discount_gae, masked_whiten
+from verlog.algorithms.dual_gae import dual_discount_gae, masked_whiten
 from verlog.config.compose import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 

@@ -26,7 +26,7 @@ ENGINE_SCRIPT = Path(__file__).with_name("vlm_critic_engine.py")
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.tiny_vlm import build_tiny_vlm
+    from verlog.models.tiny_vlm import build_tiny_vlm
 
     return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"))
 
@@ -48,7 +48,7 @@ def _inputs(folder: Path, images: list[np.ndarray]) -> dict[str, torch.Tensor]:
     """One row per image: the image then a short text; position ids ``[4, B, L]`` (text row + verl's rotary rows)."""
     from verl.models.transformers.qwen2_vl import get_rope_index
 
-    from verlog.vision import load_tiny_vlm_processor
+    from verlog.models.vision import load_tiny_vlm_processor
 
     processor = load_tiny_vlm_processor(folder)
     message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "which colour?"}]}]

@@ -19,7 +19,7 @@ def batch(folder: str) -> dict:
     import torch
     from verl.models.transformers.qwen2_vl import get_rope_index
 
-    from verlog.vision import load_tiny_vlm_processor
+    from verlog.models.vision import load_tiny_vlm_processor
 
     processor = load_tiny_vlm_processor(folder)
     processor.tokenizer.padding_side = "left"

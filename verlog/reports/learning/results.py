@@ -27,7 +27,7 @@ from verlog.reports.learning.stages import (
     Target,
 )
 from verlog.reports.run_files import existing_run, read_notes, read_settings, shown_path, shown_settings
-from verlog.run_folder import METRICS_FILE
+from verlog.run.folder import METRICS_FILE
 
 
 @dataclass
@@ -188,7 +188,7 @@ def _demo_seeds(run: Path) -> set[int]:
     """The seeds the demonstrations tried (empty without a ``demos`` stage)."""
     if not (run / DEMOS / "demos.json").is_file():
         return set()
-    from verlog.demos import used_seeds
+    from verlog.sft.demos import used_seeds
 
     return used_seeds(run / DEMOS)
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlog.eval import Interval
-from verlog.files import write_atomically
 from verlog.reports.evaluation import load_evaluation
 from verlog.reports.learning.stages import SCAN, SCAN_CHOICE, SFT
 from verlog.reports.run_files import ReportError
-from verlog.run_folder import RunFolder
+from verlog.run.files import write_atomically
+from verlog.run.folder import RunFolder
 
 _pct = Interval.percent
 

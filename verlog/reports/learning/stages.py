@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verlog.run_folder import ROLLOUT_LOG
+from verlog.run.folder import ROLLOUT_LOG
 
 # stage folders of a run, in the order the recipe runs them
 DEMOS, SFT, EVAL_SFT = "demos", "sft", "eval_sft"

@@ -1,0 +1,1 @@
+"""Episode tapes: the per-turn record (record.py) and what training, evaluation and play tape."""
