@@ -18,28 +18,22 @@ iterations; the first two through the ``slow`` env wrapper), sharing one tiny mo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from train_process import iteration_records, read_records, run_train  # beside this file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2700)]
 
-REPO = Path(__file__).resolve().parents[3]
 TURNS = 3
 SLOTS = 4
 
 
 def _train(out: Path, model: Path, ray_dir: str, *overrides: str) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "verlog.train",
-        f"output_dir={out}",
-        f"model.path={model}",
+    run_train(
+        out,
+        model,
         f"rollout.num_slots={SLOTS}",
         f"rollout.turns_per_slot={TURNS}",
         "rollout.max_prompt_tokens=512",
@@ -51,22 +45,16 @@ def _train(out: Path, model: Path, ray_dir: str, *overrides: str) -> None:
         "evaluation.before_train=false",
         f"hardware.ray.temp_dir={ray_dir}",
         *overrides,
-    ]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-
-
-def _records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        timeout=1200,
+    )
 
 
 def _iterations(run: Path) -> dict[int, dict]:
-    return {r["step"]: r for r in _records(run / "metrics.jsonl") if "training/global_step" in r}
+    return {r["step"]: r for r in iteration_records(run)}
 
 
 def _rollouts(run: Path) -> dict[int, dict]:
-    return {r["step"]: r for r in _records(run / "rollout.jsonl")}
+    return {r["step"]: r for r in read_records(run / "rollout.jsonl")}
 
 
 @pytest.fixture(scope="module")

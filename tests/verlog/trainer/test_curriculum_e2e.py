@@ -12,16 +12,13 @@ import json
 import math
 import pickle
 import shutil
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
+from train_process import read_records, run_train  # beside this file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[3]
 FAMILIES = ("len2", "len4", "len8")
 EVAL_EPISODES = 2
 
@@ -31,35 +28,30 @@ def run(tiny_model, tmp_path_factory):
     base = tmp_path_factory.mktemp("curriculum_e2e")
     out = base / "run"
     ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    args = [
-        sys.executable,
-        "-m",
-        "verlog.train",
-        f"output_dir={out}",
-        f"model.path={tiny_model}",
-        "model.build_tiny=false",
-        "env=toy_lengths",
-        "curriculum.kind=sec",
-        "curriculum.tau=0.5",
-        "iterations=3",
-        "rollout.num_slots=4",
-        "rollout.turns_per_slot=4",
-        "rollout.max_prompt_tokens=512",
-        "rollout.max_response_tokens=16",
-        "algorithm.critic_warmup=1",
-        "algorithm.mini_batches=2",
-        "evaluation.every=2",
-        f"evaluation.episodes={EVAL_EPISODES}",
-        "checkpoint.save_freq=3",
-        f"hardware.ray.temp_dir={ray_tmp}",
-    ]
     try:
-        proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=1500)
+        proc = run_train(
+            out,
+            tiny_model,
+            "model.build_tiny=false",
+            "env=toy_lengths",
+            "curriculum.kind=sec",
+            "curriculum.tau=0.5",
+            "iterations=3",
+            "rollout.num_slots=4",
+            "rollout.turns_per_slot=4",
+            "rollout.max_prompt_tokens=512",
+            "rollout.max_response_tokens=16",
+            "algorithm.critic_warmup=1",
+            "algorithm.mini_batches=2",
+            "evaluation.every=2",
+            f"evaluation.episodes={EVAL_EPISODES}",
+            "checkpoint.save_freq=3",
+            f"hardware.ray.temp_dir={ray_tmp}",
+            timeout=1500,
+        )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    (base / "run.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = read_records(out / "metrics.jsonl")
     return out, records, proc.stdout
 
 

@@ -21,31 +21,27 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from pause_hook import PAUSE_ENV  # this folder is on sys.path (pytest's rootdir-relative test imports)
+from train_process import REPO, train_command
 
 from verlog.run.fault_points import HOOK_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 LOGS: dict[int, Path] = {}  # pid -> the file its output goes to
 START_TIMEOUT = 900  # seconds for a process to reach its pause point (verl's start-up is about 2 minutes idle)
 
 
 def _command(out: Path, model: Path, ray_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "verlog.train",
-        f"output_dir={out}",
-        f"model.path={model}",
+    return train_command(
+        out,
+        model,
         "iterations=4",
         "rollout.num_slots=2",
         "rollout.turns_per_slot=2",
@@ -58,7 +54,7 @@ def _command(out: Path, model: Path, ray_dir: Path) -> list[str]:
         "evaluation.every=0",
         "evaluation.before_train=false",
         f"hardware.ray.temp_dir={ray_dir}",
-    ]
+    )
 
 
 def _start(out: Path, model: Path, ray_dir: Path, pause: str | None) -> subprocess.Popen:

@@ -11,29 +11,24 @@ Two processes of ``verlog train`` on toy/delayed with the tiny model and ``model
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from train_process import iteration_records, run_train  # beside this file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[3]
 FLOAT_NOISE = 1e-4
 """vLLM's fp32 log-probs against the FSDP actor's (full fine-tuning's rollout_probs_diff is about 2e-5 or less)."""
 
 
 def _train(out: Path, model: Path, ray_dir: str, *overrides: str) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "verlog.train",
-        f"output_dir={out}",
-        f"model.path={model}",
+    run_train(
+        out,
+        model,
         "env=toy_delayed",
         "env.in_process=true",
         "rollout.num_slots=4",
@@ -50,16 +45,12 @@ def _train(out: Path, model: Path, ray_dir: str, *overrides: str) -> None:
         "evaluation.every=0",
         f"hardware.ray.temp_dir={ray_dir}",
         *overrides,
-    ]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
-    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+        timeout=900,
+    )
 
 
 def _iterations(run: Path) -> dict[int, dict]:
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return {r["step"]: r for r in records if "training/global_step" in r}
+    return {r["step"]: r for r in iteration_records(run)}
 
 
 @pytest.fixture(scope="module")

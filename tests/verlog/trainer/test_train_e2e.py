@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from train_process import iteration_records, read_records, run_train, with_pythonpath  # beside this file
 
 # two training processes of 3-6 minutes each on an idle 2-core machine (much longer when the machine is shared)
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2700)]
@@ -29,13 +29,9 @@ REPO = HERE.parents[2]
 def _train(
     out: Path, model: Path, *overrides: str, env: dict | None = None, flags: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    args = [
-        sys.executable,
-        "-m",
-        "verlog.train",
-        *flags,
-        f"output_dir={out}",
-        f"model.path={model}",
+    return run_train(
+        out,
+        model,
         "env.id=crashy_env:make",
         "env.in_process=true",  # crashy_env counts the steps of its process: one process, so one crash, in iteration 2
         "iterations=3",
@@ -52,25 +48,14 @@ def _train(
         "checkpoint.save_freq=2",
         f"hardware.ray.temp_dir={out.parent / 'ray'}",
         *overrides,
-    ]
-    full_env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
-    proc = subprocess.run(args, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=1200)
-    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    return proc
+        timeout=1200,
+        env=with_pythonpath(HERE, env),  # crashy_env beside this file
+        flags=flags,
+    )
 
 
 EVAL_EPISODES = 4
 EVAL_KEYS = ("success", "progression", "return", "valid_action_rate")
-
-
-def _records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _iterations(path: Path) -> list[dict]:
-    """The PPO iterations' records of a metrics.jsonl (not the evaluation before training, at step 0)."""
-    return [r for r in _records(path) if "training/global_step" in r]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +93,7 @@ def runs(tiny_model, tmp_path_factory):
 
 def test_three_iterations_losses_metrics_and_sync(runs):
     base, proc, _ = runs
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for m in metrics:
         assert math.isfinite(m["critic/vf_loss"])
@@ -130,7 +115,7 @@ def test_the_console_shows_verlogs_lines_and_the_log_holds_the_rest(runs):
     """run1 ran with the quiet console (the default): a screen of verlog's own lines on the terminal, and Ray's
     workers, vLLM and verl's console logger in logs/train.log; run2 ran with --verbose: all of it on the terminal."""
     base, quiet, verbose = runs
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     lines = (quiet.stdout + quiet.stderr).splitlines()
     assert len(lines) <= 40, "\n".join(lines)
     assert all(line.startswith("[verlog] ") for line in lines), "\n".join(lines)  # no worker's, vLLM's or verl's
@@ -152,7 +137,7 @@ def test_trackers_write_verlogs_and_verls_metrics_inside_the_run(runs):
     from trackers_read import wandb_history
 
     base, proc, _ = runs
-    records = {r["step"]: r for r in _records(base / "run1" / "metrics.jsonl")}
+    records = {r["step"]: r for r in read_records(base / "run1" / "metrics.jsonl")}
     keys = ("env/return_mean", "critic/vf_loss", "check/prefix_sharing_log_probs_gap", "eval/success")
     events = EventAccumulator(str(base / "run1" / "tensorboard"))
     events.Reload()
@@ -193,13 +178,13 @@ def test_prefix_sharing_is_checked_against_verls_path(runs):
     """run1 shares prefixes (the default): its first iteration computed one micro-batch per rank both ways; run2
     (hardware.prefix_sharing=false) trained on verl's per-row passes and logs no prefix/ metrics."""
     base, _, _ = runs
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     for key in ("check/prefix_sharing_log_probs_gap", "check/prefix_sharing_values_gap"):
         assert key in metrics[0] and all(key not in m for m in metrics[1:]), key
         assert metrics[0][key] < 1e-4, (key, metrics[0][key])  # fp32: float noise (about 1e-6)
     for m in metrics:
         assert m["prefix/rows_per_group"] > 1.0 and m["prefix/computed_token_share"] < 1.0
-    resumed = _iterations(base / "run2" / "metrics.jsonl")
+    resumed = iteration_records(base / "run2")
     assert resumed and all(not any(k.startswith(("prefix/", "check/prefix")) for k in m) for m in resumed)
     assert all(math.isfinite(m["actor/pg_loss"]) for m in resumed)
 
@@ -208,7 +193,7 @@ def test_logged_metrics_match_docs_metrics_md(runs):
     from metrics_doc import documented_metrics, is_verlog_metric, undocumented
 
     base, _, _ = runs
-    records = _records(base / "run1" / "metrics.jsonl")
+    records = read_records(base / "run1" / "metrics.jsonl")
     logged = {k for r in records for k in r if is_verlog_metric(k)}
     doc = documented_metrics()
     assert not undocumented(logged, doc), f"logged but not in docs/metrics.md: {undocumented(logged, doc)}"
@@ -230,7 +215,7 @@ def _check_eval(record: dict) -> None:
 
 def test_evaluation_inside_training(runs):
     base, proc, second = runs
-    records = _records(base / "run1" / "metrics.jsonl")
+    records = read_records(base / "run1" / "metrics.jsonl")
     assert [m["step"] for m in records] == [0, 1, 2, 3]
     # before training: the starting model, a record of its own at step 0
     _check_eval(records[0])
@@ -241,13 +226,13 @@ def test_evaluation_inside_training(runs):
         assert "critic/vf_loss" in m
     for k in (0, 2, 3):
         assert f"[verlog] eval at iteration {k}: success " in proc.stdout
-    episodes = _records(base / "run1" / "eval" / "episodes.jsonl")
+    episodes = read_records(base / "run1" / "eval" / "episodes.jsonl")
     held_out = [2**31 + i for i in range(EVAL_EPISODES)]  # the seeds no training slot can draw
     assert [(e["iteration"], e["seed"]) for e in episodes] == [(k, s) for k in (0, 2, 3) for s in held_out]
-    trained = {s for r in _records(base / "run1" / "rollout.jsonl") for s in r["episode_seeds"].values()}
+    trained = {s for r in read_records(base / "run1" / "rollout.jsonl") for s in r["episode_seeds"].values()}
     assert trained and not trained & set(held_out)
     # a resumed run does not evaluate its checkpoint's step again (the saving run logged that step)
-    resumed = _records(base / "run2" / "metrics.jsonl")
+    resumed = read_records(base / "run2" / "metrics.jsonl")
     assert [m["step"] for m in resumed] == [3]
     _check_eval(resumed[0])
     assert "[verlog] eval at iteration 2" not in second.stdout and "[verlog] eval at iteration 3: " in second.stdout
@@ -255,15 +240,15 @@ def test_evaluation_inside_training(runs):
 
 def test_env_crash_does_not_stop_training(runs):
     base, _, _ = runs
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     assert sum(m["rollout/env_errors"] for m in metrics) == 1
 
 
 def test_resume_continues_the_same_episodes(runs):
     base, _, proc = runs
     assert (base / "run1" / "checkpoints" / "global_step_2" / "verlog_rollout.pkl").exists()
-    first = {r["step"]: r for r in _records(base / "run1" / "rollout.jsonl")}
-    resumed = {r["step"]: r for r in _records(base / "run2" / "rollout.jsonl")}
+    first = {r["step"]: r for r in read_records(base / "run1" / "rollout.jsonl")}
+    resumed = {r["step"]: r for r in read_records(base / "run2" / "rollout.jsonl")}
     assert list(resumed) == [3]
     assert resumed[3]["start_episodes"] == first[3]["start_episodes"]
     assert all(turn > 0 for _, turn in first[3]["start_episodes"])
@@ -283,7 +268,7 @@ def test_every_row_is_linked_bootstrapped_or_ended(runs):
 
     base, _, _ = runs
     tapes = read_turn_logs(base / "run1" / "tapes" / "train.jsonl")
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     for m in metrics:
         rows = [r for r in tapes if r.iteration == m["step"]]
         assert len(rows) == 16  # 4 slots, every episode taped (tapes.episodes_per_iteration = 16)
@@ -308,7 +293,7 @@ def test_an_episode_across_three_iterations(runs):
     episodes = group_episodes(read_turn_logs(base / "run1" / "tapes" / "train.jsonl"))
     spanning = {eid: turns for eid, turns in episodes.items() if {r.iteration for r in turns} == {1, 2, 3}}
     assert spanning, "no episode ran through all three iterations"
-    rollout = {r["step"]: r for r in _records(base / "run1" / "rollout.jsonl")}
+    rollout = {r["step"]: r for r in read_records(base / "run1" / "rollout.jsonl")}
     defaults = TrainConfig()
     alg = defaults.algorithm
     for eid, turns in spanning.items():
@@ -349,9 +334,9 @@ def test_boundary_cut_ends_the_return_at_the_iteration_boundary(runs):
     """algorithm.boundary=cut (the resumed run): rows whose episode goes on past the batch get V_next = 0, where the
     bootstrapping run's same iteration had the critic's values."""
     base, _, _ = runs
-    (cut,) = _iterations(base / "run2" / "metrics.jsonl")
+    (cut,) = iteration_records(base / "run2")
     assert cut["adv/bootstrap_rows"] > 0 and cut["adv/next_value_mean"] == 0.0
-    bootstrapped = _iterations(base / "run1" / "metrics.jsonl")
+    bootstrapped = iteration_records(base / "run1")
     assert all(m["adv/next_value_mean"] != 0.0 for m in bootstrapped)
 
 
@@ -359,7 +344,7 @@ def test_bootstrap_values_equal_an_ordinary_critic_call(runs):
     """The bootstrap values V(s_T) (prompt-only rows) equal the critic's value of the same prompt laid out as an
     ordinary row with a response: the trainer checks it once a run and logs the largest gap."""
     base, _, _ = runs
-    metrics = _iterations(base / "run1" / "metrics.jsonl")
+    metrics = iteration_records(base / "run1")
     gaps = [m["check/bootstrap_value_gap"] for m in metrics if "check/bootstrap_value_gap" in m]
     assert len(gaps) == 1 and "check/bootstrap_value_gap" in metrics[0]  # the first iteration bootstraps
     assert gaps[0] < 1e-4, gaps
