@@ -21,6 +21,7 @@ set -euo pipefail
 {
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/recipes/cpu/cpu_common.sh"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 SMOKE="${SMOKE:-0}"
 if [ "$SMOKE" = 1 ]; then
@@ -42,15 +43,8 @@ EVAL_EPISODES="${EVAL_EPISODES:-32}"
 case "$OUTPUT_DIR" in /*) ;; *) OUTPUT_DIR="$PWD/$OUTPUT_DIR" ;; esac
 case "$RESULTS" in /*) ;; *) RESULTS="$PWD/$RESULTS" ;; esac
 
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-export RAY_USAGE_STATS_ENABLED=0
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
-
-if [ ! -x "$PYTHON" ]; then
-    echo "[curriculum] no Python at $PYTHON: run 'make install' first, or set PYTHON=..." >&2
-    exit 1
-fi
+cpu_environment
+require_python curriculum
 cd "$ROOT"
 mkdir -p "$OUTPUT_DIR/logs"
 {
@@ -67,9 +61,7 @@ mkdir -p "$OUTPUT_DIR/logs"
 MODEL="$OUTPUT_DIR/model"
 if [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     echo "[curriculum] a tiny model with a format-only warm start on toy/delayed in $MODEL"
-    "$PYTHON" -m verlog tiny-model "$MODEL" --force --hidden-size 128 --num-layers 2 --num-heads 2 \
-        --intermediate-size 256 --warm-start toy/delayed --max-prompt-tokens 320 2>&1 | tee "$OUTPUT_DIR/logs/model.log"
-    touch "$MODEL/verlog_warm_start.done"
+    build_toy_start_model "$MODEL" 2>&1 | tee "$OUTPUT_DIR/logs/model.log"
 fi
 
 # run NAME KIND [OVERRIDES...]: one multi-task PPO run; the two differ only in curriculum.*

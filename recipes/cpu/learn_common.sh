@@ -184,15 +184,10 @@ if [ -n "$SFT_SCAN" ]; then
         unset -n range
     done
 fi
-if [ "$DRY_RUN" = 0 ] && [ ! -x "$PYTHON" ]; then
-    echo "[$RECIPE] no Python at $PYTHON: create .venv (docs/install.md) or set PYTHON=..." >&2
-    exit 1
-fi
+source "$ROOT/recipes/cpu/cpu_common.sh"
+[ "$DRY_RUN" = 1 ] || require_python "$RECIPE"
 
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-export RAY_USAGE_STATS_ENABLED=0
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
+cpu_environment
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 
 # ---------------------------------------------------------------------------------------------- stages

@@ -24,19 +24,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/recipes/cpu/cpu_common.sh"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/outputs/quickstart}"
 ITERATIONS="${ITERATIONS:-20}"
 
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-export RAY_USAGE_STATS_ENABLED=0
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
-
-if [ ! -x "$PYTHON" ]; then
-    echo "no Python at $PYTHON: run 'make test' (or create .venv) first, or set PYTHON=..." >&2
-    exit 1
-fi
+cpu_environment
+require_python quickstart
 
 cd "$ROOT"
 DRY_RUN=0
@@ -44,10 +38,7 @@ for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
 MODEL="$OUTPUT_DIR/model"
 if [ "$DRY_RUN" = 0 ] && [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     echo "[quickstart] building a tiny model with a format-only warm start on toy/delayed in $MODEL"
-    rm -rf "$MODEL"
-    "$PYTHON" -m verlog tiny-model "$MODEL" --hidden-size 128 --num-layers 2 --num-heads 2 --intermediate-size 256 \
-        --warm-start toy/delayed --max-prompt-tokens 320
-    touch "$MODEL/verlog_warm_start.done"
+    build_toy_start_model "$MODEL"
 fi
 echo "[quickstart] PPO with dual-discount GAE on toy/delayed for $ITERATIONS iterations; outputs in $OUTPUT_DIR/run"
 # --overwrite: every quick start is a fresh run (checkpoint.resume=disable) and replaces the previous one's outputs

@@ -18,31 +18,22 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/recipes/cpu/cpu_common.sh"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 SPACE="recipes/cpu/sweep_toy.yaml"
 MODEL="outputs/sweep-toy/model"  # the space's model.path (relative to the repository root)
 SWEEP_DIR="outputs/sweep-toy/sweep"
 REPORT_DIR="${REPORT_DIR:-docs/results/sweep-toy}"
 
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-export RAY_USAGE_STATS_ENABLED=0
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
-
-if [ ! -x "$PYTHON" ]; then
-    echo "no Python at $PYTHON: run 'make test' (or create .venv) first, or set PYTHON=..." >&2
-    exit 1
-fi
+cpu_environment
+require_python sweep_toy
 
 cd "$ROOT"
 DRY_RUN=0
 for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
 if [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     echo "[sweep_toy] building the start model (format-only warm start on toy/delayed) in $MODEL"
-    rm -rf "$MODEL"
-    "$PYTHON" -m verlog tiny-model "$MODEL" --hidden-size 128 --num-layers 2 --num-heads 2 --intermediate-size 256 \
-        --warm-start toy/delayed --max-prompt-tokens 320
-    touch "$MODEL/verlog_warm_start.done"
+    build_toy_start_model "$MODEL"
 fi
 status=0
 "$PYTHON" -m verlog sweep "$SPACE" --out "$SWEEP_DIR" "$@" || status=$?

@@ -1,0 +1,28 @@
+# Shared by the CPU recipes (quickstart.sh, sweep_toy.sh, curriculum_toy.sh, and the learning recipes through
+# learn_common.sh): sourced, never run alone. It defines three functions and runs nothing.
+
+# cpu_environment: the settings every CPU run exports: Ray without an auth token and without usage reporting,
+# Hugging Face offline (the models are built here), no vLLM usage reporting, single-threaded tokenizers
+cpu_environment() {
+    export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+    export RAY_USAGE_STATS_ENABLED=0
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+    export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
+}
+
+# require_python NAME: stop (exit 1) with one line unless $PYTHON is an executable; NAME tags the line
+require_python() {
+    if [ ! -x "$PYTHON" ]; then
+        echo "[$1] no Python at $PYTHON: create .venv ('make install', docs/install.md) or set PYTHON=..." >&2
+        exit 1
+    fi
+}
+
+# build_toy_start_model MODEL: the toy recipes' start model in MODEL (replaced): a tiny Qwen2 (hidden size 128,
+# 2 layers) with a format-only warm start on toy/delayed; MODEL/verlog_warm_start.done marks it finished
+build_toy_start_model() {
+    rm -rf "$1"
+    "$PYTHON" -m verlog tiny-model "$1" --hidden-size 128 --num-layers 2 --num-heads 2 --intermediate-size 256 \
+        --warm-start toy/delayed --max-prompt-tokens 320
+    touch "$1/verlog_warm_start.done"
+}
