@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.verlog.viewer_run import WordTokenizer
 from verlog.tapes.record import LOG_FORMAT, SCHEMA_VERSION, TurnLog, TurnLogError, TurnLogWriter, read_turn_logs
 from verlog.tapes.recorders import (
     EvalTapeWriter,
@@ -29,6 +29,9 @@ from verlog.tapes.recorders import (
     split_response,
     token_split,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/verlog: the viewer tests' helper
+from viewer_run import WordTokenizer
 
 
 def test_action_marker_and_split():
