@@ -1,7 +1,9 @@
 """configs/model/qwen2.5-vl-3b-instruct.yaml: the GPU recipes with the Qwen2.5-VL-3B model config at --dry-run, and
-the image-token numbers its header states (docs/vision.md, "GPU settings")."""
+the image-token numbers its header states (docs/vision.md, "The critic, the warm start and the GPU settings")."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,15 +13,20 @@ VLM = "Qwen/Qwen2.5-VL-3B-Instruct"
 RECIPE = "recipes/babyai/qwen2.5-3b_4xa40.sh"  # one recipe: the model config is the same in the Crafter one
 
 
-def test_gpu_recipe_with_the_vlm_resolves_text_only() -> None:
-    script = RECIPE
-    cfg, _ = dry_run(script, "model=qwen2.5-vl-3b-instruct", MODEL_PATH=VLM)
-    want = VERLOG_SETTINGS[script]
-    assert (cfg["model"]["name"], cfg["model"]["path"], cfg["model"]["build_tiny"]) == ("qwen2.5-vl-3b", VLM, False)
-    assert cfg["memory"]["max_image_history"] == 0  # images are the user's switch (the header's command)
+def test_gpu_recipe_with_the_vlm_and_images_resolves_with_a_local_folder(tmp_path: Path) -> None:
+    """With the model on disk (the tiny VLM stands in for the downloaded folder: same processor family) the recipe
+    with images resolves, keeps its numbers, and hands vLLM its image limit."""
+    from verlog.models.tiny_vlm import build_tiny_vlm
+
+    folder = build_tiny_vlm(tmp_path / "vlm")
+    cfg, out = dry_run(RECIPE, "model=qwen2.5-vl-3b-instruct", "memory.max_image_history=1", MODEL_PATH=str(folder))
+    want = VERLOG_SETTINGS[RECIPE]
+    assert (cfg["model"]["name"], cfg["model"]["path"]) == ("qwen2.5-vl-3b", str(folder))
+    assert cfg["memory"]["max_image_history"] == 1 and cfg["algorithm"]["estimator"] == "dual_gae"  # with a critic
     ro = cfg["rollout"]
     assert (ro["num_slots"], ro["turns_per_slot"]) == (want["slots"], want["turns"])  # the recipe's numbers stay
     assert ro["max_prompt_tokens"] == want["prompt"]
+    assert "#   +actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={image:1,video:0}" in out
 
 
 def test_with_images_the_dry_run_needs_the_downloaded_processor() -> None:

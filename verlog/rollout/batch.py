@@ -36,6 +36,8 @@ class TurnRow:
         truncated: the episode was cut at this turn (time limit or env failure; bootstrap from the final state).
         next_row: index in the batch of the same episode's next turn, or -1.
         bootstrap_prompt_ids: prompt of ``s_{t+1}`` when ``next_row == -1`` and not ``terminated``, else None.
+        bootstrap_images: the images that prompt shows, in prompt order (empty for text; the critic's bootstrap
+            value reads them with it).
         action: the action the env executed; ``action_valid`` whether the model's text named a valid action.
         env_error: the env failure that cut the episode here, or None.
         seed: the env seed the episode was reset with (None: reset unseeded or restored from a saved state).
@@ -86,6 +88,7 @@ class TurnRow:
     task: str = ""
     policy_versions: tuple[tuple[int, int], ...] | None = None
     images: list[Any] = field(default_factory=list, repr=False)
+    bootstrap_images: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def oldest_version(self) -> int | None:

@@ -145,6 +145,7 @@ class LockstepCollector(Collector):
             last = batch.rows[len(batch.rows) - n + s]
             if not (last.terminated or last.truncated):
                 last.bootstrap_prompt_ids = slots.stepper.bootstrap_prompt(s)
+                last.bootstrap_images = slots.stepper.bootstrap_images(s)
         return batch
 
 
@@ -309,7 +310,9 @@ class PipelinedCollector(Collector):
         batch.rows.extend(row for row in run.rows if row is not None)
         batch.link_rows()
         for s, prompt_ids in run.bootstrap.items():
-            batch.rows[len(batch.rows) - n + s].bootstrap_prompt_ids = prompt_ids
+            last = batch.rows[len(batch.rows) - n + s]
+            last.bootstrap_prompt_ids = prompt_ids
+            last.bootstrap_images = stepper.bootstrap_images(s)  # the env thread is done: the same state
         batch.timing[OVERLAP_S] = overlap_seconds(run.generate_spans, run.env_spans)
         return batch
 

@@ -382,6 +382,10 @@ class EpisodeStepper:
         """Token ids of the prompt ``slot``'s open episode continues with (``V(s_{t+1})`` for the critic)."""
         return list(self.prompt(slot).token_ids)
 
+    def bootstrap_images(self, slot: int) -> list[Any]:
+        """The images of :meth:`bootstrap_prompt`, in prompt order (empty for text)."""
+        return list(self.prompt(slot).images)
+
     # -------------------------------------------------------------------------------------- one turn
     def step(
         self, policy: Policy, slots: Sequence[int] | None = None, *, continue_episodes: bool = True
@@ -524,9 +528,11 @@ class EpisodeStepper:
             final_obs = info.get("final_observation")
             if final_obs is not None:
                 memory.observe(final_obs.long_term, final_obs.short_term, image=_prompt_image(memory, final_obs))
-                row.bootstrap_prompt_ids = list(self._build(memory).token_ids)  # the episode's last instruction
+                built = self._build(memory)
+                row.bootstrap_prompt_ids = list(built.token_ids)  # the episode's last instruction
+                row.bootstrap_images = list(built.images)
             else:
-                row.bootstrap_prompt_ids = list(row.prompt_ids)
+                row.bootstrap_prompt_ids, row.bootstrap_images = list(row.prompt_ids), list(row.images)
         stepped.episode = EpisodeStats(
             episode_id=ep.episode_id,
             slot=slot,

@@ -103,10 +103,11 @@ class VerlogAgentLoopManager(AgentLoopManager):
         """verl's layout: prompts/responses/masks/ids/positions/log-probs/rm_scores plus verlog's row columns
         (``non_tensor_batch``, ``[B]`` each; they follow the rows through verl's reordering): episode_id,
         turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
-        list, or None: what the trainer's value step reads), generation_failed, policy_version (the oldest policy
-        version among the row's tokens, -1 when unknown), task in multi-task training and, for group rollouts,
-        group_id, anchor, trained. With images (the rollout has a processor), ``multi_modal_inputs`` holds each
-        row's vision inputs and ``position_ids`` are ``[B, 4, L]`` (:mod:`verlog.trainer.vision_rows`).
+        list, or None: what the trainer's value step reads) and bootstrap_images (its images), generation_failed,
+        policy_version (the oldest policy version among the row's tokens, -1 when unknown), task in multi-task
+        training and, for group rollouts, group_id, anchor, trained. With images (the rollout has a processor),
+        ``multi_modal_inputs`` holds each row's vision inputs and ``position_ids`` are ``[B, 4, L]``
+        (:mod:`verlog.trainer.vision_rows`).
         """
         rollout_config = self.config.actor_rollout_ref.rollout
         pad = self.rollout.tokenizer.pad_token_id
@@ -123,6 +124,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
             "terminated": np.array([r.terminated for r in rows], dtype=bool),
             "truncated": np.array([r.truncated for r in rows], dtype=bool),
             "bootstrap_prompt_ids": _object_column([r.bootstrap_prompt_ids for r in rows]),
+            "bootstrap_images": _object_column([list(r.bootstrap_images) for r in rows], by_item=True),
             "generation_failed": np.array([r.generation_failed for r in rows], dtype=bool),
             "policy_version": np.array(
                 [-1 if r.oldest_version is None else r.oldest_version for r in rows], dtype=np.int64
@@ -144,8 +146,13 @@ class VerlogAgentLoopManager(AgentLoopManager):
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
-def _object_column(values: list[Any]) -> np.ndarray:
-    """A ``[B]`` object array holding ``values`` as they are (``np.array`` would make equal-length lists 2-D)."""
+def _object_column(values: list[Any], by_item: bool = False) -> np.ndarray:
+    """A ``[B]`` object array holding ``values`` as they are (``np.array`` would make equal-length lists 2-D);
+    ``by_item`` sets them one by one (lists of arrays, which numpy would try to stack)."""
     column = np.empty(len(values), dtype=object)
-    column[:] = values
+    if by_item:
+        for i, value in enumerate(values):
+            column[i] = value
+    else:
+        column[:] = values
     return column

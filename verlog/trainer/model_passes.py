@@ -60,7 +60,8 @@ class ModelPasses(RayPPOTrainer):
             # sorted by their tokens: prompts that share a prefix sit in one micro-batch (hardware.prefix_sharing)
             need = sorted(need, key=lambda i: tuple(boot[i]))
             prompts = [list(boot[i]) for i in need]
-            padded, _ = pad_dataproto_to_divisor(self._prompt_only_rows(prompts, batch.meta_info), self._world_size())
+            rows = self._prompt_only_rows(prompts, batch.meta_info, self._bootstrap_images(batch, need))
+            padded, _ = pad_dataproto_to_divisor(rows, self._world_size())
             out = super()._compute_values(padded)
             next_values[need] = out.batch["values"][: len(need), 0].float()
             step = int(self.global_steps)  # 0 in the critic warm-up, which logs no iteration
@@ -92,7 +93,9 @@ class ModelPasses(RayPPOTrainer):
             "attention_mask": attention,
             "position_ids": compute_position_id_with_mask(attention),
         }
-        ordinary = DataProto.from_dict(tensors=tensors, meta_info=dict(batch.meta_info))
+        images = self._bootstrap_images(batch, rows)
+        non_tensors = self._with_vision(tensors, images) if images is not None else None
+        ordinary = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch.meta_info))
         padded, _ = pad_dataproto_to_divisor(ordinary, self._world_size())
         again = super()._compute_values(padded).batch["values"][:k, 0].float()
         gap = float((again - next_values).abs().max())
@@ -105,8 +108,38 @@ class ModelPasses(RayPPOTrainer):
             )
         return gap
 
-    def _prompt_only_rows(self, prompts: list[list[int]], meta_info: dict[str, Any]) -> DataProto:
-        """Rows of a prompt and one pad token (attended, outside the response mask): ``values[:, 0]`` is V(prompt)."""
+    def _bootstrap_images(self, batch: DataProto, rows: list[int]) -> list[list[Any]] | None:
+        """The images of ``rows``' bootstrap prompts when the batch's rows carry images (verl's ``[B, 4, L]``
+        multimodal positions), else None (a text run)."""
+        if batch.batch["position_ids"].dim() != 3:
+            return None
+        column = batch.non_tensor_batch.get("bootstrap_images")
+        return [list(column[i]) if column is not None else [] for i in rows]
+
+    def _with_vision(self, tensors: dict[str, torch.Tensor], images: list[list[Any]]) -> dict[str, Any]:
+        """Give rows of a multimodal run their vision inputs, as the rollout gives its rows: ``tensors``'
+        ``position_ids`` become verl's ``[k, 4, L]`` and the returned non-tensor column ``multi_modal_inputs``
+        holds each row's ``pixel_values`` / ``image_grid_thw`` (``{}`` without images)."""
+        import numpy as np
+
+        from verlog.models.vision import pixel_inputs
+        from verlog.trainer.vision_rows import mrope_position_ids
+
+        processor = self.rollout.processor  # type: ignore[attr-defined]
+        column = np.empty(len(images), dtype=object)
+        positions = []
+        for i, row_images in enumerate(images):
+            column[i] = pixel_inputs(processor, row_images) if row_images else {}
+            grid = column[i].get("image_grid_thw")
+            positions.append(mrope_position_ids(processor, tensors["input_ids"][i], tensors["attention_mask"][i], grid))
+        tensors["position_ids"] = torch.stack(positions)
+        return {"multi_modal_inputs": column}
+
+    def _prompt_only_rows(
+        self, prompts: list[list[int]], meta_info: dict[str, Any], images: list[list[Any]] | None = None
+    ) -> DataProto:
+        """Rows of a prompt and one pad token (attended, outside the response mask): ``values[:, 0]`` is V(prompt).
+        ``images``: each prompt's images in a multimodal run (their vision inputs go with the rows), else None."""
         pad = self.tokenizer.pad_token_id
         k = len(prompts)
         ids, mask = _left_padded(prompts, max(len(p) for p in prompts), pad)
@@ -120,7 +153,8 @@ class ModelPasses(RayPPOTrainer):
             "attention_mask": attention,
             "position_ids": compute_position_id_with_mask(attention),
         }
-        return DataProto.from_dict(tensors=tensors, meta_info=dict(meta_info))
+        non_tensors = self._with_vision(tensors, images) if images is not None else None
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(meta_info))
 
     # ------------------------------------------------------------------------------------------ prefix sharing
     def _micro_batch_rows(self) -> int:

@@ -160,3 +160,60 @@ def test_a_vlm_run_has_verl_import_the_value_model_everywhere(tiny_vlm: Path, ti
         _platform_env(SimpleNamespace(hardware=hardware, model=SimpleNamespace(path=str(folder))))
         modules = os.environ["VERL_USE_EXTERNAL_MODULES"].split(",")
         assert modules[0] == "some.module" and (VALUE_MODEL_MODULE in modules) == wanted
+
+
+def test_bootstrap_prompts_carry_their_images_to_the_critic(tiny_vlm: Path) -> None:
+    """The value step's prompt-only rows (V(s_{t+1}) of an episode that goes on) get the prompt's images as the
+    rollout's rows do: ``multi_modal_inputs`` and verl's ``[k, 4, L]`` rotary positions; a text run keeps 2-D ones."""
+    from types import SimpleNamespace
+
+    from verl import DataProto
+
+    import envs
+    from verlog.models.vision import (
+        IMAGE_PAD,
+        ImageTokenCounter,
+        expand_image_pads,
+        load_vision_processor,
+        pixel_inputs,
+    )
+    from verlog.prompting.memory import SlidingMemory
+    from verlog.trainer.model_passes import ModelPasses
+    from verlog.trainer.vision_rows import mrope_position_ids
+
+    processor = load_vision_processor(tiny_vlm)
+    counter = ImageTokenCounter(processor)
+    env = envs.make("toy/visual", images=True)
+    obs, _ = env.reset(seed=0)
+    memory = SlidingMemory(max_image_history=1, image_tokens=counter)
+    memory.reset(env.instruction)
+    memory.observe(obs.long_term, obs.short_term, image=obs.image)
+    built = memory.build_prompt(processor.tokenizer)
+    pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    prompt = expand_image_pads(list(built.token_ids), pad, [counter(obs.image)])
+
+    passes = ModelPasses.__new__(ModelPasses)  # the value step's row builders alone: no workers
+    passes.tokenizer, passes.rollout = processor.tokenizer, SimpleNamespace(processor=processor)
+    multimodal = DataProto.from_dict(
+        tensors={"position_ids": torch.zeros(2, 4, 3, dtype=torch.long)},
+        non_tensors={"bootstrap_images": _objects([[obs.image], []])},
+    )
+    images = passes._bootstrap_images(multimodal, [0, 1])
+    rows = passes._prompt_only_rows([prompt, prompt[-5:]], {}, images)
+    positions, column = rows.batch["position_ids"], rows.non_tensor_batch["multi_modal_inputs"]
+    assert positions.shape == (2, 4, len(prompt) + 1)  # the prompt and one pad token
+    ids, mask = rows.batch["input_ids"], rows.batch["attention_mask"]
+    assert torch.equal(positions[0], mrope_position_ids(processor, ids[0], mask[0], column[0]["image_grid_thw"]))
+    assert torch.equal(column[0]["pixel_values"], pixel_inputs(processor, [obs.image])["pixel_values"])
+    assert column[1] == {}  # a prompt without images: text positions on all rows, no vision inputs
+
+    text = DataProto.from_dict(tensors={"position_ids": torch.zeros(2, 3, dtype=torch.long)})
+    assert passes._bootstrap_images(text, [0, 1]) is None
+    assert passes._prompt_only_rows([prompt], {}, None).batch["position_ids"].dim() == 2
+
+
+def _objects(values: list) -> np.ndarray:
+    column = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        column[i] = value
+    return column
