@@ -110,6 +110,10 @@ def vlm_config(spec: TinyVLMSpec, tokenizer: Any) -> Any:
         "hidden_size": spec.hidden_size,
         "num_heads": spec.vision_heads,
         "mlp_ratio": 2,
+        # verl 0.9.1's FLOPs counter reads Qwen2.5-VL's vision keys for every Qwen2-VL-family model and fails
+        # without them (a Qwen2-VL vision config has neither): the ViT's MLP width and the merger's output width
+        "intermediate_size": 2 * spec.vision_width,
+        "out_hidden_size": spec.hidden_size,
     }
     return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, dtype="float32", **ids)
 

@@ -217,3 +217,14 @@ def _objects(values: list) -> np.ndarray:
     for i, value in enumerate(values):
         column[i] = value
     return column
+
+
+def test_verl_flops_counter_reads_the_tiny_vlm_config(tiny_vlm: Path) -> None:
+    """verl 0.9.1 counts a Qwen2-VL-family batch's FLOPs with Qwen2.5-VL's vision keys (``intermediate_size``,
+    ``out_hidden_size``) after every actor and critic pass with images: the tiny VLM's config has them."""
+    from transformers import AutoConfig
+    from verl.utils.flops_counter import FlopsCounter
+
+    flops, _ = FlopsCounter(AutoConfig.from_pretrained(tiny_vlm)).estimate_flops([40, 50], 1.0, images_seqlens=[16])
+    text_only, _ = FlopsCounter(AutoConfig.from_pretrained(tiny_vlm)).estimate_flops([40, 50], 1.0)
+    assert flops > text_only > 0  # the vision tower's share counted
