@@ -1,5 +1,5 @@
 # Shared by the CPU recipes (quickstart.sh, sweep_toy.sh, curriculum_toy.sh, and the learning recipes through
-# learn_common.sh): sourced, never run alone. It defines three functions and runs nothing.
+# learn_common.sh): sourced, never run alone. It defines functions and runs nothing.
 
 # cpu_environment: the settings every CPU run exports: Ray without an auth token and without usage reporting,
 # Hugging Face offline (the models are built here), no vLLM usage reporting, single-threaded tokenizers
@@ -25,4 +25,18 @@ build_toy_start_model() {
     "$PYTHON" -m verlog tiny-model "$1" --hidden-size 128 --num-layers 2 --num-heads 2 --intermediate-size 256 \
         --warm-start toy/delayed --max-prompt-tokens 320
     touch "$1/verlog_warm_start.done"
+}
+
+# toy_recipe_setup NAME ARG...: how the toy recipes (quickstart.sh, sweep_toy.sh) begin: cpu_environment, then
+# require_python NAME, then the repository root as the working folder, and DRY_RUN=1 when ARG... holds --dry-run (0
+# otherwise; the arguments themselves go on to the command the recipe runs)
+toy_recipe_setup() {
+    local name="$1" arg
+    shift
+    cpu_environment
+    require_python "$name"
+    cd "$ROOT"
+    DRY_RUN=0
+    for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
+    return 0
 }

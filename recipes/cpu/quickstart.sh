@@ -29,12 +29,7 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/outputs/quickstart}"
 ITERATIONS="${ITERATIONS:-20}"
 
-cpu_environment
-require_python quickstart
-
-cd "$ROOT"
-DRY_RUN=0
-for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
+toy_recipe_setup quickstart "$@"
 MODEL="$OUTPUT_DIR/model"
 if [ "$DRY_RUN" = 0 ] && [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     echo "[quickstart] building a tiny model with a format-only warm start on toy/delayed in $MODEL"

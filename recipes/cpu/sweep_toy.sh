@@ -25,12 +25,7 @@ MODEL="outputs/sweep-toy/model"  # the space's model.path (relative to the repos
 SWEEP_DIR="outputs/sweep-toy/sweep"
 REPORT_DIR="${REPORT_DIR:-docs/results/sweep-toy}"
 
-cpu_environment
-require_python sweep_toy
-
-cd "$ROOT"
-DRY_RUN=0
-for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
+toy_recipe_setup sweep_toy "$@"
 if [ ! -f "$MODEL/verlog_warm_start.done" ]; then
     echo "[sweep_toy] building the start model (format-only warm start on toy/delayed) in $MODEL"
     build_toy_start_model "$MODEL"
