@@ -260,10 +260,12 @@ def test_slot_groups_and_overlap():
     assert overlap_seconds([(0, 1)], [(1, 2)]) == 0.0
 
 
-def test_build_rollout_passes_pipeline_groups(tokenizer):
-    rollout = build_rollout(
+def _pipelined_toy_rollout(tokenizer, **settings) -> RolloutManager:
+    """build_rollout on toy/delayed: 4 slots in 2 pipeline groups, this file's prompt-hash generator; ``settings``
+    replace any argument."""
+    defaults = dict(
         env_id="toy/delayed",
-        env_kwargs={"length": 2},
+        env_kwargs={},
         tasks=None,
         num_slots=4,
         tokenizer=tokenizer,
@@ -273,21 +275,14 @@ def test_build_rollout_passes_pipeline_groups(tokenizer):
         max_prompt_tokens=512,
         pipeline_groups=2,
     )
+    return build_rollout(**{**defaults, **settings})
+
+
+def test_build_rollout_passes_pipeline_groups(tokenizer):
+    rollout = _pipelined_toy_rollout(tokenizer, env_kwargs={"length": 2})
     try:
         assert rollout.slot_groups == [[0, 1], [2, 3]] and len(rollout.collect(2)) == 8
     finally:
         rollout.close()
     with pytest.raises(GroupRolloutError):
-        build_rollout(
-            env_id="toy/delayed",
-            env_kwargs={},
-            tasks=None,
-            num_slots=4,
-            tokenizer=tokenizer,
-            generator=PromptGenerator(tokenizer),
-            sampling=SamplingConfig(max_tokens=8),
-            memory=MemoryConfig(n=2),
-            max_prompt_tokens=512,
-            pipeline_groups=2,
-            group_size=2,
-        )
+        _pipelined_toy_rollout(tokenizer, group_size=2)
