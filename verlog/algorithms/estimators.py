@@ -41,6 +41,7 @@ from verlog.algorithms.dual_gae import (
 )
 from verlog.algorithms.group_advantage import group_advantages
 from verlog.config.problems import Problem
+from verlog.config.registry import Registry
 from verlog.config.schema import AlgorithmConfig, TrainConfig
 from verlog.errors import AdvantageInputError
 
@@ -134,7 +135,7 @@ class Estimator:
     tapes: bool = True
 
 
-REGISTRY: dict[str, Estimator] = {}
+REGISTRY: Registry[Estimator] = Registry("advantage estimator")
 """Estimator name -> entry, in registration order (the order ``algorithm.estimator``'s choices are listed in)."""
 
 
@@ -154,16 +155,17 @@ def register_estimator(
     """
 
     def register(compute: Compute) -> Compute:
-        if name in REGISTRY:
-            raise ValueError(f"an advantage estimator named {name!r} is registered already")
-        REGISTRY[name] = Estimator(
-            name=name,
-            needs_critic=needs_critic,
-            grouping=grouping,
-            compute=compute,
-            checks=checks,
-            metrics=tuple(metrics),
-            tapes=tapes,
+        REGISTRY.add(
+            name,
+            Estimator(
+                name=name,
+                needs_critic=needs_critic,
+                grouping=grouping,
+                compute=compute,
+                checks=checks,
+                metrics=tuple(metrics),
+                tapes=tapes,
+            ),
         )
         return compute
 
@@ -171,15 +173,8 @@ def register_estimator(
 
 
 def get_estimator(name: str) -> Estimator:
-    """The entry of ``algorithm.estimator`` ``name``.
-
-    Raises:
-        ValueError: no estimator of that name (the config checks report it before a launch).
-    """
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"no advantage estimator {name!r}; registered: {', '.join(REGISTRY)}") from None
+    """The entry of ``algorithm.estimator`` ``name`` (ValueError when none: :meth:`Registry.entry`)."""
+    return REGISTRY.entry(name)
 
 
 def estimator_names() -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from verlog.algorithms.estimators import REGISTRY as ESTIMATORS
 from verlog.algorithms.estimators import Grouping
 from verlog.config.problems import Problem
+from verlog.config.registry import Registry
 from verlog.config.schema import AlgorithmConfig, RolloutConfig, TrainConfig
 from verlog.config.verl_section import VERL_CORRECTION, is_true, verl_setting
 
@@ -117,7 +118,7 @@ class AsyncMode:
 _GROUPING_WORDS = {Grouping.SLOTS: "persistent slots", Grouping.GROUPS: "group rollouts"}
 _GROUPING_DETAIL = {Grouping.SLOTS: "", Grouping.GROUPS: " (whole episodes of a group in each iteration)"}
 
-REGISTRY: dict[str, AsyncMode] = {}
+REGISTRY: Registry[AsyncMode] = Registry("async mode")
 """Mode name -> entry, in registration order (the order ``rollout.async_mode``'s choices are listed in)."""
 
 
@@ -128,28 +129,18 @@ def register_async_mode(mode: AsyncMode) -> AsyncMode:
         ValueError: the name is registered already, or the entry contradicts itself (a mode keeps rows ahead in its
             checkpoint exactly when it collects ahead, and then verl's own sync cannot be its weight sync).
     """
-    if mode.name in REGISTRY:
-        raise ValueError(f"an async mode named {mode.name!r} is registered already")
     ahead = mode.capacity(RolloutConfig()) > 0
     if mode.keeps_rows_ahead != ahead or ahead == (mode.weight_sync is WeightSyncPolicy.EACH_ITERATION):
         raise ValueError(
             f"async mode {mode.name!r}: a mode with a capacity ahead keeps those rows in its checkpoint and times "
             "its own weight syncs (keeps_rows_ahead, weight_sync), one without does neither"
         )
-    REGISTRY[mode.name] = mode
-    return mode
+    return REGISTRY.add(mode.name, mode)
 
 
 def get_async_mode(name: str) -> AsyncMode:
-    """The entry of ``rollout.async_mode`` ``name``.
-
-    Raises:
-        ValueError: no mode of that name (the config checks report it before a launch).
-    """
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"no async mode {name!r}; registered: {', '.join(REGISTRY)}") from None
+    """The entry of ``rollout.async_mode`` ``name`` (ValueError when none: :meth:`Registry.entry`)."""
+    return REGISTRY.entry(name)
 
 
 def mode_names(where: Callable[[AsyncMode], bool] | None = None) -> tuple[str, ...]:

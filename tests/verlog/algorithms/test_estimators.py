@@ -180,7 +180,7 @@ def _doc_example() -> str:
 def test_the_example_of_adding_an_estimator(monkeypatch):
     from verlog.trainer.config import verl_overrides
 
-    monkeypatch.setattr(estimators, "REGISTRY", dict(REGISTRY))  # the example's entry lives for this test only
+    monkeypatch.setattr(estimators, "REGISTRY", REGISTRY.copy())  # the example's entry lives for this test only
     namespace: dict = {}
     exec(compile(_doc_example(), str(DOC), "exec"), namespace)
     entry = get_estimator("reinforce")
