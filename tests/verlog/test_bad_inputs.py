@@ -151,8 +151,6 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("train-images-processor", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm_noproc"),
                                 "memory.max_image_history=1"],
      "the image processor of models/vlm_noproc cannot be loaded"),
-    ("train-images-critic", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"),
-                             "memory.max_image_history=1"], "the critic on a vision-language model is not supported"),
     ("train-images-eval", ["train", "--dry-run", MODEL[0], MODEL[1].format("vlm"), "memory.max_image_history=1",
                            "env=custom", "env.id=toy/visual", "algorithm.estimator=grpo", "rollout.group_size=2",
                            "evaluation.every=1"], "evaluation does not send images to the model yet"),

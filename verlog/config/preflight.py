@@ -72,7 +72,7 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
         problems += env_problems
         if not env_problems and not drop and not any(k.startswith(("evaluation", "seed", "iterations")) for k in bad):
             problems += check_evaluation(typed)
-    problems += _images_with_a_critic(typed, problems)
+    problems += _images_with_evaluation(typed, problems)
     raise_if(problems)
     return typed
 
@@ -169,24 +169,16 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
     return []
 
 
-def _images_with_a_critic(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
-    """Images with an estimator that trains a critic, or with in-training evaluation: refused until those take
-    images (one line each, :func:`verlog.models.vision.critic_not_supported_yet`, ``evaluation_not_supported_yet``)."""
-    from verlog.algorithms.estimators import get_estimator
-    from verlog.models.vision import critic_not_supported_yet, evaluation_not_supported_yet
+def _images_with_evaluation(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
+    """Images with in-training evaluation: refused until it takes images (one line,
+    :func:`verlog.models.vision.evaluation_not_supported_yet`); a critic reads them (verlog.trainer.value_model)."""
+    from verlog.models.vision import evaluation_not_supported_yet
 
     k = cfg.memory.max_image_history
     if k <= 0 or problems:
         return []
-    try:
-        needs_critic = get_estimator(cfg.algorithm.estimator).needs_critic
-    except ValueError:  # reported by check_values
-        return []
-    found = [
-        critic_not_supported_yet(k, needs_critic, cfg.algorithm.estimator),
-        evaluation_not_supported_yet(k, cfg.evaluation.every),
-    ]
-    return [Problem("memory.max_image_history", problem) for problem in found if problem is not None]
+    problem = evaluation_not_supported_yet(k, cfg.evaluation.every)
+    return [] if problem is None else [Problem("memory.max_image_history", problem)]
 
 
 def _image_tokens(cfg: TrainConfig) -> Any:

@@ -14,24 +14,11 @@ from pathlib import Path
 from typing import Any
 
 ROLLOUT_SENDS_IMAGES = True
-"""Whether training's rollout sends each turn's images to the model: it does (issue 35, docs/vision.md). The one
-image path not done yet is the critic on a VLM (:func:`critic_not_supported_yet`)."""
+"""Whether training's rollout sends each turn's images to the model: it does (issue 35, docs/vision.md); the critic
+reads them too (``verlog.trainer.value_model``, bootstrap prompts with their images)."""
 
 IMAGE_PAD = "<|image_pad|>"
 """The placeholder the chat template writes once per image; the model reads it ``image tokens`` times."""
-
-
-def critic_not_supported_yet(max_image_history: int, needs_critic: bool, estimator: str) -> str | None:
-    """The launch refusal of images with an estimator that trains a critic (gae, dual_gae), or None: the critic
-    on a vision-language model (a value head on it, bootstrap prompts with their images) is not supported yet
-    (docs/vision.md, Next). The one place to lift when it is."""
-    if max_image_history <= 0 or not needs_critic:
-        return None
-    return (
-        f"memory.max_image_history > 0 with algorithm.estimator={estimator}: the critic on a vision-language model "
-        "is not supported yet (docs/vision.md, Next): use a critic-free estimator (algorithm.estimator=grpo) or set "
-        "memory.max_image_history=0"
-    )
 
 
 def evaluation_not_supported_yet(max_image_history: int, evaluation_every: int) -> str | None:
