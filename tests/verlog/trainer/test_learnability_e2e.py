@@ -13,15 +13,16 @@ One verl start-up; about 4-5 minutes on an idle 2-core machine. Then the same qu
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from train_process import read_records  # beside this file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2700)]
 
@@ -29,28 +30,32 @@ REPO = Path(__file__).resolve().parents[3]
 ITERATIONS = 20  # the quick start's default
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
-    import sys
-
-    out = tmp_path_factory.mktemp("quickstart")
+def _quickstart(out: Path, *overrides: str, timeout: float, **settings: str) -> subprocess.CompletedProcess:
+    """recipes/cpu/quickstart.sh into ``out`` with ``overrides`` and its environment ``settings``, on this Python and a
+    short Ray folder of its own; its output in ``out/quickstart.log``, and a failed run fails the test."""
     ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {**os.environ, "PYTHON": sys.executable, "OUTPUT_DIR": str(out), "RAY_TMPDIR": ray_tmp}
+    env = {**os.environ, "PYTHON": sys.executable, "OUTPUT_DIR": str(out), "RAY_TMPDIR": ray_tmp, **settings}
     try:
         proc = subprocess.run(
-            ["bash", str(REPO / "recipes/cpu/quickstart.sh")],
+            ["bash", str(REPO / "recipes/cpu/quickstart.sh"), *overrides],
             capture_output=True,
             text=True,
             env=env,
-            timeout=2400,
+            timeout=timeout,
             cwd=REPO,
         )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     (out / "quickstart.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
-    records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return out, records, proc.stdout
+    return proc
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    out = tmp_path_factory.mktemp("quickstart")
+    proc = _quickstart(out, timeout=2400)
+    return out, read_records(out / "run" / "metrics.jsonl"), proc.stdout
 
 
 def test_warm_start_teaches_the_format_not_the_task(quickstart):
@@ -95,34 +100,11 @@ LORA = ("model.lora.rank=16", "model.lora.alpha=32", "algorithm.actor_lr=1e-3", 
 @pytest.fixture(scope="module")
 def lora_quickstart(quickstart):
     """The quick start again on the same warm-started model, LoRA on the actor, as docs/lora.md gives the command."""
-    import sys
-
     out, _, _ = quickstart
     lora_out = out / "lora"
     shutil.copytree(out / "model", lora_out / "model")  # with its warm-start marker: the script reuses it
-    ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "OUTPUT_DIR": str(lora_out),
-        "RAY_TMPDIR": ray_tmp,
-        "ITERATIONS": str(LORA_ITERATIONS),
-    }
-    try:
-        proc = subprocess.run(
-            ["bash", str(REPO / "recipes/cpu/quickstart.sh"), *LORA],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=1800,
-            cwd=REPO,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    (lora_out / "quickstart.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
-    lines = (lora_out / "run" / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    _quickstart(lora_out, *LORA, timeout=1800, ITERATIONS=str(LORA_ITERATIONS))
+    return read_records(lora_out / "run" / "metrics.jsonl")
 
 
 def test_lora_learns_the_delayed_reward(lora_quickstart):
