@@ -5,6 +5,7 @@ recovered as subprocess workers are, and the bad inputs (unknown backend, resour
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 
 import faulty_envs
 import psutil
@@ -163,18 +165,26 @@ def _dead(pids: list[int], timeout: float = 10.0) -> bool:
     return False
 
 
-@pytest.mark.e2e
-def test_workers_go_to_the_node_with_their_resource_and_its_killed_workers_lose_nothing(cluster) -> None:
-    _, env_node = cluster
+@contextlib.contextmanager
+def _env_node_pool_and_twin(env_node: str, seed: int, turns: int) -> Iterator[tuple[EnvPool, EnvPool]]:
+    """Four envs as Ray workers (2 actors) on the env node beside the same envs in process, both reset with ``seed``
+    and stepped ``turns`` turns with equal answers: the pools, for the test to go on with."""
     ids, kwargs = IDS[:4], KWARGS[:4]
     with (
         EnvPool(ids, env_kwargs=kwargs, num_workers=2, backend="ray", ray_options=ON_ENV_NODE) as pool,
         EnvPool(ids, env_kwargs=kwargs, backend="in_process") as ref,
     ):
         assert pool.worker_nodes() == [env_node, env_node]
-        assert pool.reset(seeds=7) == ref.reset(seeds=7)
-        for t in range(4):
+        assert pool.reset(seeds=seed) == ref.reset(seeds=seed)
+        for t in range(turns):
             assert pool.step(_walk(t, 4)) == ref.step(_walk(t, 4))
+        yield pool, ref
+
+
+@pytest.mark.e2e
+def test_workers_go_to_the_node_with_their_resource_and_its_killed_workers_lose_nothing(cluster) -> None:
+    _, env_node = cluster
+    with _env_node_pool_and_twin(env_node, seed=7, turns=4) as (pool, ref):
         old = pool.worker_pids()
         for pid in old:  # both actors of that node, between two steps of the iteration
             os.kill(pid, signal.SIGKILL)
@@ -275,15 +285,7 @@ def test_a_lost_node_s_workers_come_back_on_another_node_with_the_resource(clust
     import ray
 
     cluster_, env_node = cluster
-    ids, kwargs = IDS[:4], KWARGS[:4]
-    with (
-        EnvPool(ids, env_kwargs=kwargs, num_workers=2, backend="ray", ray_options=ON_ENV_NODE) as pool,
-        EnvPool(ids, env_kwargs=kwargs, backend="in_process") as ref,
-    ):
-        assert pool.worker_nodes() == [env_node, env_node]
-        assert pool.reset(seeds=21) == ref.reset(seeds=21)
-        for t in range(3):
-            assert pool.step(_walk(t, 4)) == ref.step(_walk(t, 4))
+    with _env_node_pool_and_twin(env_node, seed=21, turns=3) as (pool, ref):
         spare = cluster_.add_node(num_cpus=1, resources=ENV_NODE)
         cluster_.wait_for_nodes()
         lost = next(node for node in cluster_.worker_nodes if node.node_id == env_node)
