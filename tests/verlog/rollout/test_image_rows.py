@@ -104,3 +104,24 @@ def test_vision_columns_match_verls_functions_and_the_models_own_positions(vlm, 
 def test_the_pad_token_is_the_templates_placeholder(processor) -> None:
     pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
     assert pad == processor.image_token_id
+
+
+def test_rows_of_four_position_rows_survive_verls_mini_batch_cut() -> None:
+    """verl cuts the actor's batch into mini-batches by rebuilding its nested rows: [4, L] position ids keep their
+    shape with verlog's fix (torch 2.13 ignores the ragged dimension verl sets afterwards)."""
+    from tensordict import TensorDict
+    from verl.utils.tensordict_utils import index_select_tensor_dict
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    import verlog.trainer.nested_rows  # noqa: F401  (installs the fix, as verl's external-module hook does)
+
+    rows, prompt, response = 4, 6, 3
+    ids = torch.randint(0, 10, (rows, prompt + response))
+    mask = torch.ones(rows, prompt + response, dtype=torch.long)
+    mask[0, :2] = mask[1, :1] = 0  # left-padded prompts of 4, 5, 6, 6 tokens
+    data = {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(rows, response, dtype=torch.long)}
+    data["position_ids"] = torch.arange(prompt + response).expand(rows, 4, -1).clone()
+    nested = left_right_2_no_padding(TensorDict(data, batch_size=rows))
+    picked = index_select_tensor_dict(nested, torch.tensor([0, 2]))["position_ids"]
+    assert [tuple(p.shape) for p in picked.unbind()] == [(4, 7), (4, 9)]
+    assert torch.equal(picked.unbind()[0][2], torch.arange(2, 9))
