@@ -6,33 +6,17 @@ call; and the trainer's advantage step on verl's batch of the same rows gives th
 from __future__ import annotations
 
 import json
-import zlib
 
 import pytest
 import torch
+from hash_generator import HashGenerator  # beside this file
 
 from verlog.config.schema import AlgorithmConfig
 from verlog.errors import VerlogError
-from verlog.rollout import Generation, RolloutManager, SamplingConfig, make_env_pool
+from verlog.rollout import RolloutManager, SamplingConfig, make_env_pool
 from verlog.rollout.iteration import estimate_advantages, rows_of_batch, run_iteration
 from verlog.run.folder import RunFolder
 from verlog.tapes.recorders import TapesConfig, TrainingTapes
-
-
-class HashGenerator:
-    """Answers each prompt from its tokens alone (no model)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def generate(self, requests, sampling):
-        out = []
-        for request in requests:
-            h = zlib.crc32(repr(request.prompt_ids).encode())
-            text = "ACTION: " + ("go forward", "turn left", "turn right")[h % 3]
-            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
-            out.append(Generation(token_ids=ids, log_probs=[-0.5] * len(ids)))
-        return out
 
 
 def made_up_values(batch, tensors, step):
@@ -47,6 +31,15 @@ def make_rollout(tokenizer, slots=3):
     return RolloutManager(
         pool, tokenizer, HashGenerator(tokenizer), SamplingConfig(max_tokens=16), max_prompt_tokens=512, seed=2
     )
+
+
+def collect_once(tokenizer, slots: int, turns: int):
+    """One collect of :func:`make_rollout`'s rollout (its env pool closed after it)."""
+    rollout = make_rollout(tokenizer, slots=slots)
+    try:
+        return rollout.collect(turns)
+    finally:
+        rollout.pool.close()
 
 
 def test_run_iteration_writes_the_trainers_logs_and_tapes(tokenizer, tmp_path):
@@ -87,11 +80,7 @@ def test_run_iteration_writes_the_trainers_logs_and_tapes(tokenizer, tmp_path):
 
 
 def test_estimate_advantages_stops_on_a_non_finite_reward_naming_the_row(tokenizer):
-    rollout = make_rollout(tokenizer, slots=2)
-    try:
-        batch = rollout.collect(2)
-    finally:
-        rollout.pool.close()
+    batch = collect_once(tokenizer, slots=2, turns=2)
     tensors = batch.to_tensors(tokenizer.pad_token_id, 512, 16)
     tensors["rm_scores"][1, 0] = float("nan")
     row = batch.rows[1]
@@ -102,11 +91,7 @@ def test_estimate_advantages_stops_on_a_non_finite_reward_naming_the_row(tokeniz
 
 
 def test_group_estimators_need_group_rows(tokenizer):
-    rollout = make_rollout(tokenizer, slots=2)
-    try:
-        batch = rollout.collect(1)
-    finally:
-        rollout.pool.close()
+    batch = collect_once(tokenizer, slots=2, turns=1)
     rows = rows_of_batch(batch, batch.to_tensors(tokenizer.pad_token_id, 512, 16))
     with pytest.raises(VerlogError, match="needs group rollouts"):
         estimate_advantages(rows, AlgorithmConfig(estimator="grpo"), "toy/delayed")

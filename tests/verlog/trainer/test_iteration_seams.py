@@ -29,17 +29,22 @@ def _agent_loop(rollout, turns):
     return manager
 
 
+def _collected(tokenizer, slots: int, turns: int):
+    """The agent-loop manager over a test rollout and the record of its one collect (the env pool closed after it)."""
+    rollout = make_rollout(tokenizer, slots=slots)
+    manager = _agent_loop(rollout, turns)
+    try:
+        return manager, manager.collect_record()
+    finally:
+        rollout.pool.close()
+
+
 def test_the_trainers_advantage_step_is_the_librarys_on_verls_batch(tokenizer):
     from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
     from verlog.rollout.iteration import estimate_advantages, rows_of_batch
     from verlog.trainer.advantage_step import BatchLayout, advantage_step
 
-    rollout = make_rollout(tokenizer, slots=4)
-    manager = _agent_loop(rollout, 3)
-    try:
-        record = manager.collect_record()
-    finally:
-        rollout.pool.close()
+    manager, record = _collected(tokenizer, slots=4, turns=3)
     batch = record.batch
     assert record.metrics == {**batch.metrics(), **batch.timing} and record.log["rows"] == len(batch) == 12
     tensors = batch.to_tensors(tokenizer.pad_token_id, 512, 16)
@@ -69,12 +74,7 @@ def test_the_trainers_log_seam_writes_the_librarys_lines(tokenizer, tmp_path):
     from verlog.run.folder import RunFolder
     from verlog.trainer.ppo import VerlogPPOTrainer
 
-    rollout = make_rollout(tokenizer, slots=2)
-    manager = _agent_loop(rollout, 2)
-    try:
-        record = manager.collect_record()
-    finally:
-        rollout.pool.close()
+    manager, record = _collected(tokenizer, slots=2, turns=2)
     record.step = 3
     manager.last_rollout = record
     trainer = VerlogPPOTrainer.__new__(VerlogPPOTrainer)
