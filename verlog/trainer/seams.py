@@ -62,10 +62,10 @@ class Seam:
 _FIT = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
 SEAMS: tuple[Seam, ...] = (
     Seam(
-        "verl.utils.tensordict_utils:nested_tensor_from_tensor_list",
-        "nested_tensor._ragged_idx = ragged_idx",
-        "rebuilds nested rows with a ragged dimension torch 2.13 ignores: runs with images (rows of [4, L] position "
-        "ids) replace it (verlog/trainer/nested_rows.py)",
+        "verl.utils.tensordict_utils:index_select_tensor_dict",
+        "nested_tensor_from_tensor_list(",
+        "cuts mini-batches through the module's nested_tensor_from_tensor_list, which loses the ragged dimension of "
+        "[4, L] position ids under torch 2.13: runs with images swap it (verlog/trainer/nested_rows.py)",
     ),
     Seam("verl.trainer.ppo.ray_trainer:compute_advantage", None, "swapped for verlog's advantage during fit"),
     Seam(_FIT, "compute_advantage(", "fit calls the module's compute_advantage, which verlog swaps"),
