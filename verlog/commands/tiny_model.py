@@ -5,8 +5,10 @@ format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,15 +90,11 @@ def run(args: argparse.Namespace) -> int:
     warm = _warm_config(args)
     out, corpus = _output_and_corpus(args)
     transformers_logging.disable_progress_bar()  # stderr is for errors (a tiny model takes no time to write)
-    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-model-"))
-    try:
+    with _staged_into(out, "verlog-tiny-model-") as staging:
         build_tiny_model(staging, corpus=corpus, spec=spec)
         if warm is not None:  # counted with the tokenizer as the warm start loads it (from the model folder)
             _check_budget(load_chat_tokenizer(staging), warm)
             _warm_up(staging, warm)
-        _move_into(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     print(f"tiny model written to {out}")
     return 0
 
@@ -112,17 +110,13 @@ def _run_vision(args: argparse.Namespace) -> int:
     warm = _warm_config(args, vision=True)
     out, corpus = _output_and_corpus(args)
     transformers_logging.disable_progress_bar()
-    staging = Path(tempfile.mkdtemp(prefix="verlog-tiny-vlm-"))
-    try:
+    with _staged_into(out, "verlog-tiny-vlm-") as staging:
         build_tiny_vlm(staging, corpus=corpus, spec=spec)
         if warm is not None:
             processor = load_vision_processor(staging)
             counter = ImageTokenCounter(processor) if warm.max_image_history > 0 else None
             _check_budget(processor.tokenizer, warm, counter)
             _warm_up(staging, warm)
-        _move_into(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     print(f"tiny vision-language model (Qwen2-VL) written to {out}")
     return 0
 
@@ -207,11 +201,19 @@ def _output_and_corpus(args: argparse.Namespace) -> tuple[Path, list[str]]:
     return out, [*DEFAULT_CORPUS, *(text for env_id in args.tokenizer_env for text in env_corpus(env_id))]
 
 
-def _move_into(staging: Path, out: Path) -> None:
-    """Move the files built in ``staging`` into ``out`` (files of the same name are replaced: --force)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for item in sorted(staging.iterdir()):
-        shutil.move(str(item), str(out / item.name))
+@contextlib.contextmanager
+def _staged_into(out: Path, prefix: str) -> Iterator[Path]:
+    """A new staging folder to build the model in: its files move into ``out`` when the block ends without an error
+    (files of the same name are replaced: --force), and it is removed either way (an error or Ctrl-C leaves OUT as it
+    was)."""
+    staging = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield staging
+        out.mkdir(parents=True, exist_ok=True)
+        for item in sorted(staging.iterdir()):
+            shutil.move(str(item), str(out / item.name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _check_budget(tokenizer: Any, warm: Any, image_tokens: Any = None) -> None:
