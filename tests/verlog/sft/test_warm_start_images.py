@@ -56,7 +56,7 @@ def test_warm_start_with_images_lowers_the_loss_and_saves_a_vlm(tiny_vlm: Path, 
 
     config = WarmStartConfig(
         env_id="toy/visual",
-        steps=12,
+        steps=8,
         batch_size=4,
         warmup_steps=2,
         episodes=8,
