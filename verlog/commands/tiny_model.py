@@ -1,6 +1,7 @@
 """``verlog tiny-model OUT``: build a tiny random-weight Qwen2 model and tokenizer for smoke runs, optionally with a
 format-only warm start (``--warm-start ENV_ID``: SFT on uniformly random valid answers, verlog.sft.warm_start).
-``--vision`` builds a tiny Qwen2-VL model with its image processor instead (verlog.models.tiny_vlm, docs/vision.md)."""
+``--vision`` builds a tiny Qwen2-VL model with its image processor instead (verlog.models.tiny_vlm, docs/vision.md);
+its warm start shows the env's frames in the prompts (``--max-image-history``, default 1)."""
 
 from __future__ import annotations
 
