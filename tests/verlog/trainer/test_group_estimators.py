@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from verl_rows import verl_rows  # beside this file
 
 from verlog.config.compose import load_config
 from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
@@ -82,23 +83,20 @@ def _rows():
         ("c-idle", 1, "h", "", 0.0, False, False),
         ("d", 1, "h", "hall", 0.0, False, False),
     ]
-    from verl import DataProto
 
     b = len(rows)
     mask = torch.tensor([[1, 1, 0] if r[6] else [0, 0, 0] for r in rows])
     rewards = torch.zeros(b, 3)
     rewards[:, 1] = torch.tensor([r[4] for r in rows])
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask},
-        non_tensors={
-            "episode_id": np.array([r[0] for r in rows], dtype=object),
-            "turn_index": np.array([r[1] for r in rows]),
-            "terminated": np.array([r[5] for r in rows]),
-            "truncated": np.array([False] * b),
-            "group_id": np.array([r[2] for r in rows], dtype=object),
-            "anchor": np.array([r[3] for r in rows], dtype=object),
-            "trained": np.array([r[6] for r in rows]),
-        },
+    data = verl_rows(
+        {"token_level_rewards": rewards, "response_mask": mask},
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+        [r[5] for r in rows],
+        [False] * b,
+        group_id=np.array([r[2] for r in rows], dtype=object),
+        anchor=np.array([r[3] for r in rows], dtype=object),
+        trained=np.array([r[6] for r in rows]),
     )
     return rows, data
 
@@ -147,18 +145,15 @@ def test_rows_keep_their_order_when_verl_shuffles():
 
 @pytest.mark.slow
 def test_group_estimator_refuses_rows_without_groups():
-    from verl import DataProto
 
     from verlog.errors import VerlogError
 
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": torch.zeros(2, 2), "response_mask": torch.ones(2, 2)},
-        non_tensors={
-            "episode_id": np.array(["a", "b"], dtype=object),
-            "turn_index": np.array([0, 0]),
-            "terminated": np.array([True, True]),
-            "truncated": np.array([False, False]),
-        },
+    data = verl_rows(
+        {"token_level_rewards": torch.zeros(2, 2), "response_mask": torch.ones(2, 2)},
+        ["a", "b"],
+        [0, 0],
+        [True, True],
+        [False, False],
     )
     with pytest.raises(VerlogError, match=r"algorithm\.estimator=grpo needs group rollouts .*rollout\.group_size"):
         _step("grpo", data)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
+from verl_rows import verl_rows  # beside this file
 
 pytestmark = pytest.mark.slow  # imports verl
 
@@ -40,7 +40,6 @@ def _rollout_rows():
 
 
 def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
-    from verl import DataProto
 
     from verlog.config.schema import AlgorithmConfig, EnvConfig, TrainConfig
     from verlog.tapes.record import read_turn_logs
@@ -64,20 +63,18 @@ def test_record_tapes_writes_the_tapes_of_its_rows(tmp_path):
     ref = torch.full((4, width), -0.7) * mask
     entropys = (torch.arange(4, dtype=torch.float32).unsqueeze(1) + 1).expand(4, width)[order] * mask
     rewards = torch.zeros(4, width)
-    data = DataProto.from_dict(
-        tensors={
+    data = verl_rows(
+        {
             "token_level_rewards": rewards[order],
             "values": values[order],
             "response_mask": mask[order],
             "old_log_probs": old[order],
             "ref_log_prob": ref[order],
         },
-        non_tensors={
-            "episode_id": np.array([rows[i].episode_id for i in order], dtype=object),
-            "turn_index": np.array([rows[i].turn_index for i in order]),
-            "terminated": np.zeros(4, dtype=bool),
-            "truncated": np.zeros(4, dtype=bool),
-        },
+        [rows[i].episode_id for i in order],
+        [rows[i].turn_index for i in order],
+        [False] * 4,
+        [False] * 4,
     )
     out, _, raw = advantage_step(data, settings, BatchLayout(ranks=1, mini_batch_rows=4))
     shuffled = [rows[i] for i in (2, 0, 3, 1)]  # the rollout's rows in any order: matched by key

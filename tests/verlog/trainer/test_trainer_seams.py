@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from verl_rows import verl_rows  # beside this file
 
 from verlog.algorithms.dual_gae import dual_discount_gae, masked_whiten
 from verlog.config.compose import load_config
@@ -38,7 +38,6 @@ def test_misspelt_key_is_an_error():
 
 @pytest.mark.slow
 def test_the_advantage_step_links_rows_in_any_order():
-    from verl import DataProto
 
     from verlog.config.schema import AlgorithmConfig, TrainConfig
     from verlog.trainer.advantage_step import BatchLayout, advantage_step
@@ -70,19 +69,17 @@ def test_the_advantage_step_links_rows_in_any_order():
         step_lam=0.8,
     )
     order = [4, 2, 0, 3, 1]  # what verl's balancing might leave
-    data = DataProto.from_dict(
-        tensors={
+    data = verl_rows(
+        {
             "token_level_rewards": rewards[order],
             "values": values[order],
             "response_mask": mask[order],
             "next_values": next_values[order],
         },
-        non_tensors={
-            "episode_id": np.array([eids[i] for i in order], dtype=object),
-            "turn_index": np.array([turns[i] for i in order]),
-            "terminated": np.array([terminated[i] for i in order]),
-            "truncated": np.array([truncated[i] for i in order]),
-        },
+        [eids[i] for i in order],
+        [turns[i] for i in order],
+        [terminated[i] for i in order],
+        [truncated[i] for i in order],
     )
     out, metrics, raw = advantage_step(data, settings, BatchLayout(ranks=1, mini_batch_rows=5))
     assert out is data  # the batch itself, with advantages and returns
@@ -97,7 +94,6 @@ def test_the_advantage_step_links_rows_in_any_order():
 
 @pytest.mark.slow
 def test_the_advantage_step_stops_on_a_non_finite_reward_naming_the_row():
-    from verl import DataProto
 
     from verlog.config.schema import EnvConfig, TrainConfig
     from verlog.errors import VerlogError
@@ -105,14 +101,12 @@ def test_the_advantage_step_stops_on_a_non_finite_reward_naming_the_row():
 
     rewards = torch.zeros(2, 2)
     rewards[1, 0] = float("nan")
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "values": torch.zeros(2, 2), "response_mask": torch.ones(2, 2)},
-        non_tensors={
-            "episode_id": np.array(["a", "b"], dtype=object),
-            "turn_index": np.array([0, 3]),
-            "terminated": np.array([True, True]),
-            "truncated": np.array([False, False]),
-        },
+    data = verl_rows(
+        {"token_level_rewards": rewards, "values": torch.zeros(2, 2), "response_mask": torch.ones(2, 2)},
+        ["a", "b"],
+        [0, 3],
+        [True, True],
+        [False, False],
     )
     with pytest.raises(VerlogError, match=r"non-finite reward in 1 row\(s\) of env 'toy/x': episode b turn 3"):
         advantage_step(data, TrainConfig(env=EnvConfig(id="toy/x")), BatchLayout(ranks=1, mini_batch_rows=2))
