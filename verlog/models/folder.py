@@ -225,3 +225,33 @@ def lora_target_problem(config: dict[str, Any], target_modules: Any) -> str | No
         f"model.lora.target_modules names {', '.join(unknown)}, which the model ({config.get('model_type')}) has no "
         f"linear layer of: its linear layers are {listed}; give some of them, or all-linear"
     )
+
+
+DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+"""safetensors' dtype codes of floating tensors, as transformers names them."""
+
+
+def stored_dtype(folder: Path) -> str | None:
+    """The dtype of the first floating tensor in ``folder``'s safetensors files (read from their headers only)."""
+    for file in sorted(folder.glob("*.safetensors")):
+        with open(file, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        for key, info in header.items():
+            if key != "__metadata__" and info.get("dtype") in DTYPE_NAMES:
+                return DTYPE_NAMES[info["dtype"]]
+    return None
+
+
+def record_stored_dtype(folder: Path) -> None:
+    """Set ``config.json``'s dtype to the one the weights are stored in: the config verl keeps in a checkpoint is the
+    base model's (a Qwen2.5 model's says ``bfloat16``) whatever the shards hold, and transformers and vLLM load a
+    folder in its config's dtype."""
+    stored = stored_dtype(folder)
+    path = folder / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if stored is None or config.get("dtype") == stored:
+        return
+    config["dtype"] = stored
+    config.pop("torch_dtype", None)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verlog.models.folder import record_stored_dtype
 from verlog.run.summary import duration
 from verlog.sft.config import SFTConfig, SFTConfigError, SFTModelConfig, SFTRunError
 from verlog.sft.data import DataReport, check_data, data_texts, resolve_data
@@ -397,28 +398,9 @@ def export_hf_model(source: str | Path, dest: str | Path, tokenizer_from: str | 
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(src, out)
-    stored = _stored_dtype(out)
-    config_path = out / "config.json"
-    config = json.loads(config_path.read_text())
-    if stored is not None:
-        config["dtype"] = stored
-        config.pop("torch_dtype", None)
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    record_stored_dtype(out)
     if tokenizer_from is not None and not (out / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
     return out
-
-
-def _stored_dtype(folder: Path) -> str | None:
-    """The dtype of the first floating tensor in the folder's safetensors (as a transformers dtype name)."""
-    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
-    for file in sorted(folder.glob("*.safetensors")):
-        with open(file, "rb") as fh:
-            size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size))
-        for key, info in header.items():
-            if key != "__metadata__" and info.get("dtype") in names:
-                return names[info["dtype"]]
-    return None

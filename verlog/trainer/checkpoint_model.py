@@ -25,7 +25,7 @@ from typing import Any
 
 from verlog.console import QuietConsole
 from verlog.errors import VerlogError
-from verlog.models.folder import has_weights
+from verlog.models.folder import has_weights, record_stored_dtype
 from verlog.run.folder import CHECKPOINTS, TRACKER, latest_step, step_folder
 
 HF_SUBFOLDER = "huggingface"
@@ -244,36 +244,6 @@ def merge_adapter(folder: Path, adapter: Path) -> None:
     for old in folder.glob("*.safetensors.index.json"):
         old.unlink()
     merged.save_pretrained(folder, safe_serialization=True)
-
-
-DTYPE_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
-"""safetensors' dtype codes of floating tensors, as transformers names them."""
-
-
-def stored_dtype(folder: Path) -> str | None:
-    """The dtype of the first floating tensor in ``folder``'s safetensors files (read from their headers only)."""
-    for file in sorted(folder.glob("*.safetensors")):
-        with open(file, "rb") as fh:
-            size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size))
-        for key, info in header.items():
-            if key != "__metadata__" and info.get("dtype") in DTYPE_NAMES:
-                return DTYPE_NAMES[info["dtype"]]
-    return None
-
-
-def record_stored_dtype(folder: Path) -> None:
-    """Set ``config.json``'s dtype to the one the weights are stored in: the config verl keeps in a checkpoint is the
-    base model's (a Qwen2.5 model's says ``bfloat16``) whatever the shards hold, and transformers and vLLM load a
-    folder in its config's dtype."""
-    stored = stored_dtype(folder)
-    path = folder / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if stored is None or config.get("dtype") == stored:
-        return
-    config["dtype"] = stored
-    config.pop("torch_dtype", None)
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def full_precision_merger(config: object) -> object:

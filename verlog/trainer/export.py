@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from verlog.errors import RunFault, VerlogError
-from verlog.models.folder import has_weights
+from verlog.models.folder import has_weights, record_stored_dtype
 from verlog.run.folder import CHECKPOINTS, CONFIG_FILE, VERL_CONFIG_FILE
 from verlog.trainer.checkpoint_model import (
     ADAPTER_SUBFOLDER,
@@ -34,7 +34,6 @@ from verlog.trainer.checkpoint_model import (
     checkpoint_actor,
     checkpoint_step,
     lora_settings,
-    record_stored_dtype,
 )
 from verlog.version import __version__
 
