@@ -24,8 +24,11 @@ __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check
 AGENT_LOOP_MANAGER = "verlog.trainer.agent_loop.VerlogAgentLoopManager"
 
 
-def _typed(cfg: TrainConfig | DictConfig) -> TrainConfig:
-    return cfg if isinstance(cfg, TrainConfig) else check_config(cfg)
+def _require_typed(cfg: object) -> TrainConfig:
+    """The trainer takes the config typed and checked once (``check_config`` or ``preflight``), never re-types it."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"expected a checked TrainConfig (verlog.config.checks.check_config), got {type(cfg).__name__}")
+    return cfg
 
 
 def lora_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
@@ -49,9 +52,9 @@ def lora_overrides(cfg: TrainConfig, critic: bool) -> list[str]:
     ]
 
 
-def verl_overrides(cfg: TrainConfig | DictConfig) -> list[str]:
-    """Hydra override strings for verl's ``ppo_trainer`` config, derived from verlog's config."""
-    cfg = _typed(cfg)
+def verl_overrides(cfg: TrainConfig) -> list[str]:
+    """Hydra override strings for verl's ``ppo_trainer`` config, derived from verlog's checked config."""
+    cfg = _require_typed(cfg)
     # an estimator without a critic (grpo, gigpo: its registry entry says so): verl builds none (need_critic reads
     # critic.enable), never calls _compute_values, and trains the actor from the first iteration
     critic = get_estimator(cfg.algorithm.estimator).needs_critic
@@ -212,7 +215,7 @@ CPU_OVERRIDES = (
 """verl's settings on a CPU (``hardware.cpu``): FSDP2, no remove-padding, sdpa, no torch.compile, fp32."""
 
 
-def build_verl_config(cfg: TrainConfig | DictConfig) -> DictConfig:
+def build_verl_config(cfg: TrainConfig) -> DictConfig:
     """verl's full PPO config for verlog's ``cfg`` (Hydra-composed from verl's own config files).
 
     verlog's settings travel inside it under the top-level key ``verlog`` (the rollout manager reads them in the
@@ -221,7 +224,6 @@ def build_verl_config(cfg: TrainConfig | DictConfig) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    cfg = _typed(cfg)
     overrides = verl_overrides(cfg)
     hydra_was = GlobalHydra.instance().is_initialized()
     if hydra_was:

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verlog.commands.train import main
-from verlog.config.checks import Problem, TrainConfigError, check_sizes, check_values, typed_config
+from verlog.config.checks import Problem, TrainConfigError, check_config, check_sizes, check_values, typed_config
 from verlog.config.compose import load_config
 from verlog.config.preflight import (
     CharTokenEstimate,
@@ -496,7 +496,8 @@ def test_lora_settings_become_verls_keys_for_the_actor_and_optionally_the_critic
     from verlog.trainer.config import verl_overrides
 
     def lora_keys(*overrides: str) -> list[str]:
-        return [o for o in verl_overrides(load_config(["env=toy_delayed", *overrides])) if "lora" in o or "target" in o]
+        cfg = check_config(load_config(["env=toy_delayed", *overrides]))
+        return [o for o in verl_overrides(cfg) if "lora" in o or "target" in o]
 
     assert lora_keys() == []  # rank 0: full fine-tuning, verl's keys untouched
     assert lora_keys("model.lora.rank=8") == [

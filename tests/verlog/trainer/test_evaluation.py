@@ -29,12 +29,10 @@ ON = ["evaluation.every=2", "evaluation.episodes=8"]
 def test_evaluation_is_off_by_default_and_maps_onto_verls_validation_hook():
     cfg = load_config([])
     assert cfg.evaluation.every == 0 and cfg.evaluation.seed_start == RESERVED_SEED_START == 2**31
-    check_config(cfg)
-    assert {"trainer.test_freq=-1", "trainer.val_before_train=False"} <= set(verl_overrides(cfg))
-    on = load_config(ON)
-    check_config(on)
+    assert {"trainer.test_freq=-1", "trainer.val_before_train=False"} <= set(verl_overrides(check_config(cfg)))
+    on = check_config(load_config(ON))
     assert {"trainer.test_freq=2", "trainer.val_before_train=True"} <= set(verl_overrides(on))
-    no_start = load_config([*ON, "evaluation.before_train=false"])
+    no_start = check_config(load_config([*ON, "evaluation.before_train=false"]))
     assert "trainer.val_before_train=False" in verl_overrides(no_start)
     # the evaluation samples like training unless told otherwise
     assert load_config(["sampling.temperature=0.7"]).evaluation.temperature == 0.7

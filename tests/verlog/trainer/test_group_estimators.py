@@ -15,10 +15,10 @@ GROUP = ["algorithm.estimator=grpo", "rollout.group_size=2", "rollout.num_slots=
 
 
 def test_group_estimator_turns_the_critic_off():
-    overrides = verl_overrides(load_config(GROUP))
+    overrides = verl_overrides(check_config(load_config(GROUP)))
     assert "critic.enable=False" in overrides and "algorithm.adv_estimator=grpo" in overrides
     assert "trainer.critic_warmup=0" in overrides  # else verl would hold the actor back for critic-only iterations
-    dual = verl_overrides(load_config([]))
+    dual = verl_overrides(check_config(load_config([])))
     assert "algorithm.adv_estimator=gae" in dual and not any(o.startswith("critic.enable") for o in dual)
 
 
@@ -28,8 +28,8 @@ def test_verl_builds_no_critic_for_group_estimators():
 
     from verlog.trainer.config import build_verl_config
 
-    assert not need_critic(build_verl_config(load_config([*GROUP[1:], "algorithm.estimator=gigpo"])))
-    assert need_critic(build_verl_config(load_config([])))
+    assert not need_critic(build_verl_config(check_config(load_config([*GROUP[1:], "algorithm.estimator=gigpo"]))))
+    assert need_critic(build_verl_config(check_config(load_config([]))))
 
 
 @pytest.mark.parametrize(

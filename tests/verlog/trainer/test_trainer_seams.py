@@ -13,7 +13,7 @@ from verlog.trainer.config import TrainConfigError, check_config, verl_overrides
 
 def test_config_maps_onto_verl_keys():
     cfg = load_config(["rollout.num_slots=4", "rollout.turns_per_slot=4", "hardware.n_gpus_per_node=2"])
-    overrides = verl_overrides(cfg)
+    overrides = verl_overrides(check_config(cfg))
     assert "data.train_batch_size=16" in overrides
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=8" in overrides
     assert (
