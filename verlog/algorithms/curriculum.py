@@ -42,7 +42,7 @@ SEC_TAU = 1.0
 """SEC's Boltzmann temperature: 1.0 in Chen et al.'s Countdown runs (the default of their code); they lower it for
 some runs (0.4 for math, 0.2 for the two-dimensional curriculum). docs/curriculum.md has the details."""
 
-_STATE_FORMAT = "verlog.algorithms.curriculum/1"
+_STATE_FORMAT = "verlog.curriculum/1"
 
 __all__ = [
     "CURRICULUM_KINDS",

@@ -54,7 +54,7 @@ def check_answer_format(answer_format: str) -> str:
     return answer_format
 
 
-STATE_FORMAT = "verlog.prompting.memory/1"
+STATE_FORMAT = "verlog.memory/1"
 
 
 @dataclass

@@ -33,7 +33,7 @@ from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, LocalEnv, Pol
 MANIFEST = "demos.json"
 TRAIN_FILE = "train.parquet"
 VAL_FILE = "val.parquet"
-FORMAT = "verlog.sft.demos/1"
+FORMAT = "verlog.demos/1"
 
 
 class DemoError(VerlogError, ValueError):

@@ -249,7 +249,7 @@ def test_state_into_smaller_memory_keeps_newest_turns_and_rejects_garbage():
     with pytest.raises(ValueError, match="not a SlidingMemory state"):
         smaller.load_state_dict({"format": "other"})
     with pytest.raises(ValueError, match="malformed"):
-        smaller.load_state_dict({"format": "verlog.prompting.memory/1", "history": [{}]})
+        smaller.load_state_dict({"format": "verlog.memory/1", "history": [{}]})
 
 
 def test_prompt_metrics(tokenizer):

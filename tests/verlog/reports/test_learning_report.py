@@ -78,7 +78,7 @@ def run_dir(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     _write_metrics(run / PPO_SINGLE / "metrics.jsonl", [0.2, 0.3, 0.3, 0.4, 0.5], [5, 2, 4, 6, 3])
     (run / "demos").mkdir()
     (run / "demos" / "demos.json").write_text(
-        json.dumps({"format": "verlog.sft.demos/1", "seeds_tried": list(range(0, 50))})
+        json.dumps({"format": "verlog.demos/1", "seeds_tried": list(range(0, 50))})
     )
     (run / "timings.jsonl").write_text(
         '{"stage": "demos", "seconds": 12.5}\n{"stage": "sft", "seconds": 400}\n{"stage": "sft", "seconds": 420.0}\n'
@@ -185,7 +185,7 @@ def test_partial_run_has_no_curve_and_says_what_is_missing(tmp_path):
 
 def test_seed_overlap_is_reported(run_dir):
     run, _ = run_dir
-    (run / "demos" / "demos.json").write_text(json.dumps({"format": "verlog.sft.demos/1", "seeds_tried": [3, 1005]}))
+    (run / "demos" / "demos.json").write_text(json.dumps({"format": "verlog.demos/1", "seeds_tried": [3, 1005]}))
     res = collect(run, n_resamples=B)
     assert res.seed_overlaps == {name: [1005] for name in res.evals}
     assert "**Overlap**" in render_markdown(res)
