@@ -4,6 +4,7 @@ the processor, verl's ``get_rope_index`` and the model's own rotary positions.""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,7 @@ def test_rows_of_four_position_rows_survive_verls_mini_batch_cut() -> None:
     shape with verlog's fix (torch 2.13 ignores the ragged dimension verl sets afterwards)."""
     from tensordict import TensorDict
     from verl.utils.tensordict_utils import index_select_tensor_dict
+    from verl.workers import engine_workers
     from verl.workers.utils.padding import left_right_2_no_padding
 
     import verlog.trainer.nested_rows  # noqa: F401  (installs the fix, as verl's external-module hook does)
@@ -125,6 +127,26 @@ def test_rows_of_four_position_rows_survive_verls_mini_batch_cut() -> None:
     picked = index_select_tensor_dict(nested, torch.tensor([0, 2]))["position_ids"]
     assert [tuple(p.shape) for p in picked.unbind()] == [(4, 7), (4, 9)]
     assert torch.equal(picked.unbind()[0][2], torch.arange(2, 9))
+    for lengths in ((7, 9, 9, 9), (9, 9, 9, 9)):  # rows of one length: torch makes the tensor ragged along dim 1
+        shipped = pickle.loads(pickle.dumps(_nested_positions(lengths).consolidate()))  # as Ray hands it to a worker
+        engine_workers.maybe_fix_3d_position_ids(shipped)  # verl's worker calls its module global, which the fix swaps
+        picked = index_select_tensor_dict(shipped, torch.tensor([3, 0]))["position_ids"]
+        assert [tuple(p.shape) for p in picked.unbind()] == [(4, lengths[3]), (4, lengths[0])]
     from verlog.trainer.seams import check_seams
 
     check_seams()  # the launch's check of verl's seams still passes with the function swapped
+
+
+def _nested_positions(lengths: tuple[int, ...]):
+    """A batch of rows of ``lengths`` tokens (left-padded) in verl's no-padding layout, ``[4, L]`` position ids."""
+    from tensordict import TensorDict
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    width, response = max(lengths), 3
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, width - n :] = 1
+    data = {"input_ids": torch.randint(0, 10, (len(lengths), width)), "attention_mask": mask}
+    data["response_mask"] = torch.ones(len(lengths), response, dtype=torch.long)
+    data["position_ids"] = torch.arange(width).expand(len(lengths), 4, -1).clone()
+    return left_right_2_no_padding(TensorDict(data, batch_size=len(lengths)))
