@@ -96,13 +96,15 @@ class LoadedModel:
     engine: str
     dtype: str
     device: str
+    seed: int | None = None
+    """Each request's sampling seed derives from it (:func:`verlog.rollout.stepper.request_seed`)."""
 
     def describe(self) -> dict[str, str]:
         return {"path": str(self.model_path), "engine": self.engine, "dtype": self.dtype, "device": self.device}
 
     def policy(self, sampling: SamplingConfig, retries: int = 1) -> Policy:
         """What the runner plays with: the engine behind a :class:`~verlog.rollout.stepper.GeneratorPolicy`."""
-        return GeneratorPolicy(self.generator, self.tokenizer, sampling, retries=retries)
+        return GeneratorPolicy(self.generator, self.tokenizer, sampling, retries=retries, seed=self.seed)
 
     def close(self) -> None:
         """Stop the engine (vLLM's processes; nothing for transformers)."""
@@ -203,4 +205,4 @@ def load_model(
                 " vLLM"
             ) from None
         generator = VllmEngineGenerator(llm)
-    return LoadedModel(generator, tokenizer, folder, engine, chosen, device)
+    return LoadedModel(generator, tokenizer, folder, engine, chosen, device, seed)

@@ -38,11 +38,16 @@ class GenerationRequest:
     """One prompt to complete; ``request_id`` routes an episode's turns to the same server (prefix cache).
 
     ``images``: the prompt's images in prompt order ([H, W, 3] uint8 each), one per ``<|image_pad|>`` run of
-    ``prompt_ids`` (empty for text). Only :class:`VerlServerGenerator` sends them."""
+    ``prompt_ids`` (empty for text). Only :class:`VerlServerGenerator` sends them.
+
+    ``seed``: this request's own sampling seed (None: the engine's stream). The engines of evaluation
+    (:class:`VllmEngineGenerator`, :class:`TransformersGenerator`) sample a seeded request the same way whatever else
+    is in its batch, so an evaluation at temperature > 0 gives the same episodes when it runs again."""
 
     request_id: str
     prompt_ids: list[int]
     images: tuple[Any, ...] = ()
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,8 @@ class TransformersGenerator:
             torch.manual_seed(self.seed)
         results: list[GenerationResult] = []
         for request in requests:
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
             try:
                 results.append(self._one(request, sampling))
             except Exception as exc:
@@ -273,13 +280,17 @@ class VllmEngineGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            max_tokens=sampling.max_tokens,
-            logprobs=0,
-        )
+        params = [
+            SamplingParams(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                max_tokens=sampling.max_tokens,
+                logprobs=0,
+                seed=r.seed,
+            )
+            for r in requests
+        ]
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)

@@ -33,8 +33,10 @@ Two rules hold for every user (they used to differ between the copies of this lo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -104,17 +106,32 @@ class Policy(Protocol):
     def act(self, inputs: Sequence[PolicyInput]) -> list[Answer]: ...
 
 
+def request_seed(seed: int, episode_id: str, turn: int) -> int:
+    """A request's sampling seed in [0, 2**31): a stable hash (crc32) of ``seed``, the episode's id and the turn."""
+    return zlib.crc32(f"{seed}/{episode_id}/{turn}".encode()) & 0x7FFFFFFF
+
+
 class GeneratorPolicy:
     """A model behind a :class:`~verlog.rollout.generator.Generator` (vLLM server or engine, transformers).
 
     A request whose generation fails (an exception, or no tokens) is sent again up to ``retries`` times with the other
     failed ones; one that fails every attempt becomes a failed :class:`Answer`: empty text, the end-of-turn token.
 
+    With ``seed`` every request carries its own sampling seed, from ``seed``, its episode's id and its turn
+    (:func:`request_seed`): evaluation's episodes then do not depend on which others shared a batch.
+
     Attributes:
         retries_used: requests sent again so far (``rollout/generation_retries``).
     """
 
-    def __init__(self, generator: Generator, tokenizer: Any, sampling: SamplingConfig, retries: int = 1) -> None:
+    def __init__(
+        self,
+        generator: Generator,
+        tokenizer: Any,
+        sampling: SamplingConfig,
+        retries: int = 1,
+        seed: int | None = None,
+    ) -> None:
         if retries < 0:
             raise ValueError(f"generation retries must be >= 0, got {retries}")
         self.generator = generator
@@ -122,9 +139,18 @@ class GeneratorPolicy:
         self.sampling = sampling.check()
         self.retries = retries
         self.retries_used = 0
+        self.seed = seed
 
     def act(self, inputs: Sequence[PolicyInput]) -> list[Answer]:
-        requests = [GenerationRequest(i.episode_id, list(i.prompt.token_ids), tuple(i.prompt.images)) for i in inputs]
+        requests = [
+            GenerationRequest(
+                i.episode_id,
+                list(i.prompt.token_ids),
+                tuple(i.prompt.images),
+                None if self.seed is None else request_seed(self.seed, i.episode_id, i.turn),
+            )
+            for i in inputs
+        ]
         results: list[Generation | None] = [None] * len(requests)
         errors: list[str | None] = [None] * len(requests)
         todo = list(range(len(requests)))
@@ -133,6 +159,11 @@ class GeneratorPolicy:
                 break
             if attempt:
                 self.retries_used += len(todo)
+                for i in todo:  # a retry samples anew
+                    if requests[i].seed is not None:
+                        requests[i] = dataclasses.replace(
+                            requests[i], seed=request_seed(requests[i].seed, "retry", attempt)
+                        )
             outs = self.generator.generate([requests[i] for i in todo], self.sampling)
             if len(outs) != len(todo):
                 raise StepperError(f"the generator returned {len(outs)} results for {len(todo)} requests")
