@@ -33,7 +33,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Any
 
 from verlog.errors import RunFault, VerlogError
 from verlog.prompting.sampling import SamplingConfig
-from verlog.rollout.stepper import Answer, PolicyInput
+from verlog.rollout.stepper import Answer, PolicyInput, request_seed
 
 ENGINE = "endpoint"
 """The ``engine`` an endpoint evaluation records (summary.json, settings.json)."""
@@ -308,7 +307,7 @@ class RequestShape:
     def seed_of(self, episode_id: str, turn: int) -> int:
         """The request's sampling seed: a hash of ``--sampling-seed``, the episode and the turn (a re-run or a
         resumed evaluation asks for the same samples)."""
-        return zlib.crc32(f"{self.sampling_seed}:{episode_id}:{turn}".encode()) & 0x7FFFFFFF
+        return request_seed(self.sampling_seed, episode_id, turn)
 
 
 def read_answer(answer: dict[str, Any], tokenizer: Any) -> Answer:

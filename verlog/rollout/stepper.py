@@ -107,8 +107,9 @@ class Policy(Protocol):
 
 
 def request_seed(seed: int, episode_id: str, turn: int) -> int:
-    """A request's sampling seed in [0, 2**31): a stable hash (crc32) of ``seed``, the episode's id and the turn."""
-    return zlib.crc32(f"{seed}/{episode_id}/{turn}".encode()) & 0x7FFFFFFF
+    """A request's sampling seed in [0, 2**31): a stable hash (crc32) of ``seed``, the episode's id and the turn
+    (the seed ``verlog eval --endpoint`` sends with each request too)."""
+    return zlib.crc32(f"{seed}:{episode_id}:{turn}".encode()) & 0x7FFFFFFF
 
 
 class GeneratorPolicy:
