@@ -155,7 +155,11 @@ def test_the_quick_start_starts_fresh_on_purpose() -> None:
     """recipes/cpu/quickstart.sh runs checkpoint.resume=disable into the same folder every time: with --overwrite."""
     text = (REPO / "recipes" / "cpu" / "quickstart.sh").read_text()
     assert "-m verlog.train --overwrite" in text and "checkpoint.resume=disable" in text
-    assert 'rm -rf "$MODEL"' in text  # its tiny-model target is emptied first
+    # its tiny-model target is emptied first (recipes/cpu/cpu_common.sh builds the start model in a clean folder)
+    assert 'build_toy_start_model "$MODEL"' in text
+    common = (REPO / "recipes" / "cpu" / "cpu_common.sh").read_text()
+    body = common[common.index("build_toy_start_model() {") :]
+    assert body.index('rm -rf "$1"') < body.index("}")
 
 
 def test_overrides_may_come_after_an_option(capsys) -> None:

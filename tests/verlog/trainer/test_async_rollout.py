@@ -224,7 +224,10 @@ class AbortingClient:
         self.prompts: list[list[int]] = []
         self.max_tokens: list[int] = []
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict) -> SimpleNamespace:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict, image_data: list | None = None
+    ) -> SimpleNamespace:
+        assert image_data is None  # a text prompt sends no images (verl's client takes them as image_data)
         self.prompts.append(list(prompt_ids))
         self.max_tokens.append(sampling_params["max_tokens"])
         await asyncio.sleep(0)
