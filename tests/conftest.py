@@ -35,6 +35,15 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen2-VL model folder with its processor (``verlog tiny-model --vision``), shared by the
+    session (tests that read it only; a test that trains writes elsewhere)."""
+    from verlog.models.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm") / "model")
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model: Path):
     """The tiny model's tokenizer (one per test module)."""

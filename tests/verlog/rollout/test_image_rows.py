@@ -17,15 +17,8 @@ from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, PolicyInput
 
 
 @pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.models.tiny_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model")
-
-
-@pytest.fixture(scope="module")
-def processor(vlm: Path):
-    return load_tiny_vlm_processor(vlm)
+def processor(tiny_vlm: Path):
+    return load_tiny_vlm_processor(tiny_vlm)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def test_expand_image_pads_refuses_counts_that_do_not_pair_up() -> None:
         expand_image_pads([1, 9, 2, 9], 9, [2])
 
 
-def test_vision_columns_match_verls_functions_and_the_models_own_positions(vlm, processor, played) -> None:
+def test_vision_columns_match_verls_functions_and_the_models_own_positions(tiny_vlm, processor, played) -> None:
     from transformers import Qwen2VLForConditionalGeneration
     from verl.models.transformers.qwen2_vl import get_rope_index
     from verl.utils.model import extract_multi_modal_inputs
@@ -78,7 +71,7 @@ def test_vision_columns_match_verls_functions_and_the_models_own_positions(vlm, 
     laid = batch.to_tensors(processor.tokenizer.pad_token_id, 400, 16)
     positions, column = vision_columns(processor, rows, laid["input_ids"], laid["attention_mask"])
     assert positions.shape == (len(rows), 4, 416)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(vlm, attn_implementation="sdpa").eval()
+    model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_vlm, attn_implementation="sdpa").eval()
     for i, row in enumerate(rows):
         grid = column[i]["image_grid_thw"]
         assert grid.shape == (len(row.images), 3)

@@ -12,13 +12,6 @@ from verlog.cli import main
 from verlog.sft.warm_start import WarmStartConfig, WarmStartError, answer_rows, warm_start
 
 
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.models.tiny_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"))
-
-
 def test_rows_show_the_frame_as_the_rollout_does_with_random_answers(tiny_vlm: Path) -> None:
     import envs
     from verlog.models.vision import IMAGE_PAD, ImageTokenCounter, expand_image_pads, load_vision_processor
@@ -82,7 +75,7 @@ def test_warm_start_with_images_lowers_the_loss_and_saves_a_vlm(tiny_vlm: Path, 
 
 
 def test_cli_builds_and_warm_starts_the_tiny_vlm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "vlm"
+    out = tmp_path / "tiny_vlm"
     args = ["tiny-model", str(out), "--vision", "--warm-start", "toy/visual", "--answer-format", "action"]
     assert main([*args, "--warm-start-steps", "2", "--warm-start-batch", "2", "--max-prompt-tokens", "512"]) == 0
     printed = capsys.readouterr().out

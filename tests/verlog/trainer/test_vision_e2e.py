@@ -28,14 +28,7 @@ SLOTS, TURNS = 2, 3
 
 
 @pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.models.tiny_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model")
-
-
-@pytest.fixture(scope="module")
-def run(vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
+def run(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     out = tmp_path_factory.mktemp("vision_e2e") / "run"
     ray_dir = tempfile.mkdtemp(prefix="verlog-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     overrides = [
@@ -52,19 +45,19 @@ def run(vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str,
     ]
     start = time.perf_counter()
     try:
-        proc = run_train(out, vlm, *overrides, timeout=1200)
+        proc = run_train(out, tiny_vlm, *overrides, timeout=1200)
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
     return out, proc.stdout + proc.stderr, time.perf_counter() - start
 
 
-def _first_prompt_tokens(vlm: Path, images: bool) -> int:
+def _first_prompt_tokens(tiny_vlm: Path, images: bool) -> int:
     """Tokens of BabyAI goto's first prompt (seed 0) as the rollout builds it (with or without its frame)."""
     import envs
     from verlog.models.vision import ImageTokenCounter, load_tiny_vlm_processor
     from verlog.prompting.memory import SlidingMemory
 
-    processor = load_tiny_vlm_processor(vlm)
+    processor = load_tiny_vlm_processor(tiny_vlm)
     env = envs.make("babyai/goto", images=images)
     obs, _ = env.reset(seed=0)
     memory = SlidingMemory(max_image_history=1 if images else 0, image_tokens=ImageTokenCounter(processor))
@@ -73,7 +66,7 @@ def _first_prompt_tokens(vlm: Path, images: bool) -> int:
     return memory.build_prompt(processor.tokenizer).num_tokens
 
 
-def test_images_reach_the_server_and_the_actor(run, vlm) -> None:
+def test_images_reach_the_server_and_the_actor(run, tiny_vlm) -> None:
     out, log, elapsed = run
     iterations = iteration_records(out)
     assert [r["step"] for r in iterations] == [1, 2]
@@ -83,7 +76,7 @@ def test_images_reach_the_server_and_the_actor(run, vlm) -> None:
         assert math.isfinite(r["critic/vf_loss"]) and math.isfinite(r["critic/grad_norm"])
         # the server's log-probs are the actor's, which reads the rows' images
         assert r["training/rollout_probs_diff_max"] < 1e-3, r["training/rollout_probs_diff_max"]
-    with_image, text_only = _first_prompt_tokens(vlm, True), _first_prompt_tokens(vlm, False)
+    with_image, text_only = _first_prompt_tokens(tiny_vlm, True), _first_prompt_tokens(tiny_vlm, False)
     assert with_image == text_only + 18  # <|vision_start|>, 16 image tokens (112x112), <|vision_end|>
     assert iterations[0]["rollout/prompt_tokens/max"] >= with_image  # the rows hold the frame's tokens
     gaps = [r["check/bootstrap_value_gap"] for r in iterations if "check/bootstrap_value_gap" in r]

@@ -16,19 +16,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 import verlog.platform.cpu  # noqa: F401  (the CPU patches first: verl's loader then uses sdpa)
 
 ENGINE_SCRIPT = Path(__file__).with_name("vlm_critic_engine.py")
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from verlog.models.tiny_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"))
 
 
 def _load_critic(folder: Path):
