@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from verlog.models.folder import TinyModelSpec
 from verlog.models.vision import VISION_CHAT_TEMPLATE
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
@@ -32,33 +33,24 @@ SPEC_FILE = "verlog_tiny_vlm.json"
 
 
 @dataclass(frozen=True)
-class TinyVLMSpec:
-    """Sizes of the tiny VLM. Text: as :class:`verlog.models.folder.TinyModelSpec` (head_dim >= 32 for vLLM's CPU
+class TinyVLMSpec(TinyModelSpec):
+    """Sizes of the tiny VLM. Text: :class:`verlog.models.folder.TinyModelSpec`'s (head_dim >= 32 for vLLM's CPU
     attention). Vision: ``vision_depth`` ViT blocks of width ``vision_width`` and ``vision_heads`` heads on 14x14
     patches; images are resized to ``[min_pixels, max_pixels]`` pixels."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    intermediate_size: int = 128
-    vocab_size: int = 512
-    max_position_embeddings: int = 4096
     vision_width: int = 64
     vision_depth: int = 2
     vision_heads: int = 2
     min_pixels: int = 28 * 28
     max_pixels: int = 224 * 224
-    seed: int = 0
 
     def validate(self) -> None:
         """Raise ValueError naming a size the model cannot have, and the fix."""
-        from verlog.models.folder import TinyModelSpec
-
-        TinyModelSpec(**self._text_sizes()).validate()
-        head_dim = self.hidden_size // self.num_heads
-        if head_dim % 4:
-            raise ValueError(f"head_dim {head_dim} must divide by 4 (multimodal rotary sections): change hidden_size")
+        super().validate()
+        if self.head_dim % 4:
+            raise ValueError(
+                f"head_dim {self.head_dim} must divide by 4 (multimodal rotary sections): change hidden_size"
+            )
         if self.vision_width % self.vision_heads or (self.vision_width // self.vision_heads) % 4:
             raise ValueError(
                 f"vision_width {self.vision_width} / vision_heads {self.vision_heads} must be a multiple of 4"
@@ -66,21 +58,9 @@ class TinyVLMSpec:
         if not 28 * 28 <= self.min_pixels <= self.max_pixels:
             raise ValueError(f"need 784 <= min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
 
-    def _text_sizes(self) -> dict[str, int]:
-        return {
-            "hidden_size": self.hidden_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "num_kv_heads": self.num_kv_heads,
-            "intermediate_size": self.intermediate_size,
-            "vocab_size": self.vocab_size,
-            "max_position_embeddings": self.max_position_embeddings,
-            "seed": self.seed,
-        }
-
     def mrope_section(self) -> list[int]:
         """Rotary frequencies given to (time, height, width): sums to head_dim / 2, in Qwen2-VL's 1:1.5:1.5."""
-        half = self.hidden_size // self.num_heads // 2
+        half = self.head_dim // 2
         side = 3 * half // 8
         return [half - 2 * side, side, side]
 
@@ -92,12 +72,7 @@ def vlm_config(spec: TinyVLMSpec, tokenizer: Any) -> Any:
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in zip(_TOKEN_KEYS, VISION_TOKENS)}
     text = {
         "vocab_size": len(tokenizer),
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "max_position_embeddings": spec.max_position_embeddings,
+        **spec.qwen2_sizes(),
         "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": spec.mrope_section()},
         "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         "eos_token_id": tokenizer.eos_token_id,
