@@ -227,16 +227,24 @@ def test_stop_object_stops_a_chain() -> None:
     assert board_open.at(3, 2) == ["w", "WIN"] and board_open.at(2, 2) == ["KEY"] and board_open.at(1, 2) == ["b"]
 
 
-def test_push_property_makes_objects_pushable() -> None:
+@pytest.mark.parametrize(
+    ("rule", "row", "after"),
+    [
+        ("PUSH", "b    k  .    .", [[], ["b"], ["k"]]),  # the key ahead of the mover is pushed on
+        ("PULL", "k    b  .    .", [[], ["k"], ["b"]]),  # the key behind the mover is dragged after it
+    ],
+    ids=["push-makes-objects-pushable", "pull-drags-the-object-behind-the-mover"],
+)
+def test_push_and_pull_properties_move_the_key_with_baba(rule: str, row: str, after: list[list[str]]) -> None:
     board = Board(
-        """
+        f"""
         BABA IS YOU  .
-        KEY  IS PUSH .
-        b    k  .    .
+        KEY  IS {rule} .
+        {row}
         """
     )
     board.step(RIGHT)
-    assert board.at(1, 2) == ["b"] and board.at(2, 2) == ["k"]
+    assert [board.at(x, 2) for x in range(3)] == after
 
 
 def test_two_you_objects_move_together() -> None:
@@ -352,15 +360,3 @@ def test_lose_property() -> None:
         """
     )
     assert board.step(RIGHT) == (False, True)
-
-
-def test_pull_property_drags_the_object_behind_the_mover() -> None:
-    board = Board(
-        """
-        BABA IS YOU  .
-        KEY  IS PULL .
-        k    b  .    .
-        """
-    )
-    board.step(RIGHT)
-    assert board.at(0, 2) == [] and board.at(1, 2) == ["k"] and board.at(2, 2) == ["b"]
