@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import threading
 import time
+from contextlib import closing
 from types import SimpleNamespace
 
 import numpy as np
@@ -44,89 +45,67 @@ class Counter:
 
 def test_hand_off_gives_collects_in_order_one_ahead() -> None:
     collect = Counter()
-    ahead = RolloutAhead(collect, capacity=1)
-    try:
+    with closing(RolloutAhead(collect, capacity=1)) as ahead:
         got = [ahead.hand_off()[0].n for _ in range(4)]
         assert got == [1, 2, 3, 4]
         ahead.settle()
         assert collect.n == 5  # the fifth is collected while the trainer trains on the fourth
         assert all(name.startswith("verlog-rollout") for name in collect.threads)
-    finally:
-        ahead.close()
 
 
 def test_the_last_hand_off_starts_nothing() -> None:
     collect = Counter()
-    ahead = RolloutAhead(collect, capacity=1)
-    try:
+    with closing(RolloutAhead(collect, capacity=1)) as ahead:
         ahead.hand_off()
         assert ahead.hand_off(start_next=False)[0].n == 2
         ahead.settle()
         assert collect.n == 2 and ahead.pending() == []
-    finally:
-        ahead.close()
 
 
 def test_capacity_bounds_how_far_the_rollout_runs_ahead() -> None:
     collect = Counter()
-    ahead = RolloutAhead(collect, capacity=2)
-    try:
+    with closing(RolloutAhead(collect, capacity=2)) as ahead:
         ahead.hand_off()
         ahead.settle()
         assert collect.n == 3  # one handed out, two ahead
         ahead.hand_off()
         ahead.settle()
         assert collect.n == 4
-    finally:
-        ahead.close()
 
 
 def test_before_start_runs_between_collects_only() -> None:
     """The deferred weight update (one_step_off) is applied before a collect starts and never while one runs."""
     collect = Counter(delay=0.05)
     calls: list[bool] = []
-    ahead = RolloutAhead(collect, capacity=1)
-    ahead.before_start = lambda: calls.append(ahead.busy())
-    try:
+    with closing(RolloutAhead(collect, capacity=1)) as ahead:
+        ahead.before_start = lambda: calls.append(ahead.busy())
         for _ in range(3):
             ahead.hand_off()
         assert calls == [False, False, False, False]  # first collect, then one per hand-off; never while busy
-    finally:
-        ahead.close()
 
 
 def test_pending_rollouts_are_handed_out_first_after_a_restore() -> None:
     first = Counter()
-    ahead = RolloutAhead(first, capacity=1)
-    try:
+    with closing(RolloutAhead(first, capacity=1)) as ahead:
         assert ahead.hand_off()[0].n == 1
         saved = ahead.pending()  # what a checkpoint keeps: collected, not handed out
         assert [r.n for r in saved] == [2]
-    finally:
-        ahead.close()
     resumed = Counter()
     resumed.n = 2  # the resumed rollout continues after the saved one
-    again = RolloutAhead(resumed, capacity=1)
-    try:
+    with closing(RolloutAhead(resumed, capacity=1)) as again:
         again.restore(saved)
         assert [again.hand_off()[0].n for _ in range(3)] == [2, 3, 4]  # no collect lost or repeated
-    finally:
-        again.close()
 
 
 def test_a_failed_collect_raises_at_the_hand_off() -> None:
-    ahead = RolloutAhead(Counter(fail_at=2), capacity=1)
-    try:
+    with closing(RolloutAhead(Counter(fail_at=2), capacity=1)) as ahead:
         ahead.hand_off()
         with pytest.raises(RuntimeError, match="collect 2 failed"):
             ahead.hand_off()
-    finally:
-        ahead.close()
 
 
 def test_overlap_metrics_after_the_second_hand_off() -> None:
-    ahead = RolloutAhead(Counter(delay=0.05), capacity=1)
-    try:
+    with closing(RolloutAhead(Counter(delay=0.05), capacity=1)) as ahead:
         _, first = ahead.hand_off()
         assert set(first) == {"async/wait_s"}
         time.sleep(0.1)  # "training" while the next collect runs
@@ -134,8 +113,6 @@ def test_overlap_metrics_after_the_second_hand_off() -> None:
         assert second["async/wait_s"] < 0.05
         assert 0.0 < second["async/overlap_ratio"] <= 1.0
         assert 0.0 <= second["async/trainer_idle_ratio"] < 0.5
-    finally:
-        ahead.close()
 
 
 class Servers:
