@@ -280,17 +280,20 @@ def test_empty_batch():
 
 
 # ------------------------------------------------------------------ errors
-def _bad(**overrides):
+def _bad(rows: int = 2, tokens: int = 3, **overrides):
+    """``dual_discount_gae`` on ``rows`` rows of ``tokens`` tokens (two linked rows unless overridden), with
+    ``overrides`` of its arguments (inputs or discounts)."""
     args = {
-        "token_rewards": torch.zeros(2, 3),
-        "values": torch.zeros(2, 3),
-        "response_mask": torch.ones(2, 3),
+        "token_rewards": torch.zeros(rows, tokens),
+        "values": torch.zeros(rows, tokens),
+        "response_mask": torch.ones(rows, tokens),
         "next_row": torch.tensor([1, -1]),
-        "next_value": torch.zeros(2),
+        "next_value": torch.zeros(rows),
         "terminated": torch.tensor([False, True]),
+        **VERLOG,
     }
     args.update(overrides)
-    return dual_discount_gae(**args, **VERLOG)
+    return dual_discount_gae(**args)
 
 
 @pytest.mark.parametrize(
@@ -314,40 +317,21 @@ def _bad(**overrides):
         ),
         ({"response_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}, "no response tokens but is linked"),
         ({"next_value": torch.tensor([0.0, float("nan")]), "terminated": torch.tensor([False, False])}, "non-finite"),
+        (  # two rows pointing at one row
+            {
+                "rows": 3,
+                "tokens": 2,
+                "next_row": torch.tensor([2, 2, -1]),
+                "terminated": torch.tensor([False, False, True]),
+            },
+            "next_row of 2 rows",
+        ),
+        ({"step_lam": 1.5}, "step_lam must be in"),  # a discount out of range
     ],
 )
 def test_input_errors_name_the_problem(overrides, message):
     with pytest.raises(AdvantageInputError, match=message):
         _bad(**overrides)
-
-
-def test_two_rows_pointing_at_one_row_is_an_error():
-    with pytest.raises(AdvantageInputError, match="next_row of 2 rows"):
-        dual_discount_gae(
-            torch.zeros(3, 2),
-            torch.zeros(3, 2),
-            torch.ones(3, 2),
-            torch.tensor([2, 2, -1]),
-            torch.zeros(3),
-            torch.tensor([False, False, True]),
-            **VERLOG,
-        )
-
-
-def test_discount_out_of_range():
-    with pytest.raises(AdvantageInputError, match="step_lam must be in"):
-        dual_discount_gae(
-            torch.zeros(1, 2),
-            torch.zeros(1, 2),
-            torch.ones(1, 2),
-            torch.tensor([-1]),
-            torch.zeros(1),
-            torch.tensor([True]),
-            token_gamma=1.0,
-            token_lam=1.0,
-            step_gamma=0.99,
-            step_lam=1.5,
-        )
 
 
 # ------------------------------------------------------------------ value loss
