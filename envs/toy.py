@@ -27,7 +27,26 @@ _THINGS = ("a red ball", "a green key", "a blue box", "a grey ball", "a purple k
 _PLACES = ("1 step forward", "2 steps forward", "1 step left", "3 steps right", "2 steps left", "1 step right")
 
 
-class DelayedRewardEnv(TextEnv):
+class ScoredTurnsEnv(TextEnv):
+    """A game of ``length`` turns, ended by termination at the last, in which each turn scores or not: ``scored``
+    counts the turns that scored (a subclass sets it to 0 on reset and adds to it in its step), progression is
+    their share and success is every turn scoring (toy/delayed, toy/visual)."""
+
+    length: int
+    scored: int = 0
+
+    def _last_turn(self) -> bool:
+        """Whether the step being taken is the episode's last (``episode_step`` counts the steps before it)."""
+        return self.episode_step + 1 >= self.length
+
+    def _game_progression(self) -> float:
+        return self.scored / self.length
+
+    def _game_success(self) -> bool:
+        return self.scored == self.length
+
+
+class DelayedRewardEnv(ScoredTurnsEnv):
     """The delayed-reward toy game (see the module docstring).
 
     Args:
@@ -47,7 +66,7 @@ class DelayedRewardEnv(TextEnv):
         self.actions = list(ACTION_DESCRIPTIONS)
         self.default_action = "turn left"
         self.max_steps = max_steps or length
-        self._rewarded = 0
+        self.scored = 0  # turns that chose the rewarded action
         self._view = ""
 
     def _observe(self) -> TextObservation:
@@ -57,13 +76,13 @@ class DelayedRewardEnv(TextEnv):
         return TextObservation.build(self._view)
 
     def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:
-        self._rewarded = 0
+        self.scored = 0
         return self._observe(), {}
 
     def _game_step(self, action: str) -> tuple[TextObservation, float, bool, dict[str, Any]]:
-        self._rewarded += int(action == REWARDED_ACTION)
-        last = self.episode_step + 1 >= self.length  # episode_step counts the steps before this one
-        reward = self._rewarded / self.length if last else 0.0
+        self.scored += int(action == REWARDED_ACTION)
+        last = self._last_turn()
+        reward = self.scored / self.length if last else 0.0
         return self._observe(), reward, last, {}
 
     def _game_instruction(self) -> str:
@@ -75,17 +94,11 @@ class DelayedRewardEnv(TextEnv):
             f"The game lasts {self.length} steps; the reward comes at the end."
         )
 
-    def _game_progression(self) -> float:
-        return self._rewarded / self.length
-
-    def _game_success(self) -> bool:
-        return self._rewarded == self.length
-
     def _game_get_state(self) -> Any:
-        return {"rewarded": self._rewarded, "length": self.length, "view": self._view}
+        return {"rewarded": self.scored, "length": self.length, "view": self._view}
 
     def _game_set_state(self, state: Any) -> None:
-        self._rewarded, self.length, self._view = int(state["rewarded"]), int(state["length"]), str(state["view"])
+        self.scored, self.length, self._view = int(state["rewarded"]), int(state["length"]), str(state["view"])
 
 
 def _register() -> None:

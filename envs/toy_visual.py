@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.core import TextEnv, TextObservation
+from envs.core import TextObservation
+from envs.toy import ScoredTurnsEnv
 
 COLOUR_ACTIONS = {"red": "turn left", "green": "go forward", "blue": "turn right"}
 """The square's colour -> the action that pays."""
@@ -34,7 +35,7 @@ def draw_square(size: int, colour: str, top: int, left: int, side: int) -> np.nd
     return image
 
 
-class VisualToyEnv(TextEnv):
+class VisualToyEnv(ScoredTurnsEnv):
     """The visual toy game (see the module docstring).
 
     Args:
@@ -59,7 +60,7 @@ class VisualToyEnv(TextEnv):
         self.length, self.size = length, size
         self.actions = list(COLOUR_ACTIONS.values())
         self.max_steps = max_steps or length
-        self.correct = 0
+        self.scored = 0  # turns answered correctly
         self.colour = "red"
         self.square = (0, 0, size // 2)
 
@@ -85,13 +86,13 @@ class VisualToyEnv(TextEnv):
         return COLOUR_ACTIONS[self.colour]
 
     def _game_reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[TextObservation, dict[str, Any]]:
-        self.correct = 0
+        self.scored = 0
         return self._observe(), {}
 
     def _game_step(self, action: str) -> tuple[TextObservation, float, bool, dict[str, Any]]:
         hit = action == self.answer
-        self.correct += int(hit)
-        last = self.episode_step + 1 >= self.length  # episode_step counts the steps before this one
+        self.scored += int(hit)
+        last = self._last_turn()
         info = {"correct": hit, "answer": self.answer}
         return self._observe(), (1.0 / self.length if hit else 0.0), last, info
 
@@ -105,15 +106,9 @@ class VisualToyEnv(TextEnv):
             f"The game lasts {self.length} step{'s' if self.length > 1 else ''}; each right answer is rewarded."
         )
 
-    def _game_progression(self) -> float:
-        return self.correct / self.length
-
-    def _game_success(self) -> bool:
-        return self.correct == self.length
-
     def _game_get_state(self) -> Any:
-        return {"correct": self.correct, "length": self.length, "colour": self.colour, "square": self.square}
+        return {"correct": self.scored, "length": self.length, "colour": self.colour, "square": self.square}
 
     def _game_set_state(self, state: Any) -> None:
-        self.correct, self.length = int(state["correct"]), int(state["length"])
+        self.scored, self.length = int(state["correct"]), int(state["length"])
         self.colour, self.square = str(state["colour"]), tuple(int(v) for v in state["square"])
