@@ -385,28 +385,23 @@ def _group_estimate(kind: str, rows: Rows, alg: AlgorithmConfig) -> Estimate:
     return Estimate(advantages=out.advantages, returns=out.advantages.clone(), metrics=dict(out.metrics))
 
 
-# The group estimators write no tapes (as before the registry: the trainer taped dual_gae's rows only).
-@register_estimator(
-    "grpo",
-    needs_critic=False,
-    grouping=Grouping.GROUPS,
-    checks=group_rollout_problems,
-    metrics=GROUP_METRICS,
-    tapes=False,
-)
+_GROUP_ESTIMATOR: dict[str, Any] = {
+    "needs_critic": False,
+    "grouping": Grouping.GROUPS,
+    "checks": group_rollout_problems,
+    "tapes": False,
+}
+"""What every group estimator declares: no critic, group rollouts (checked), no tapes (as before the registry: the
+trainer taped dual_gae's rows only)."""
+
+
+@register_estimator("grpo", metrics=GROUP_METRICS, **_GROUP_ESTIMATOR)
 def grpo(rows: Rows, alg: AlgorithmConfig) -> Estimate:
     """GRPO over whole episodes: each episode's return normalised within its group (docs/algorithms.md, section 6)."""
     return _group_estimate("grpo", rows, alg)
 
 
-@register_estimator(
-    "gigpo",
-    needs_critic=False,
-    grouping=Grouping.GROUPS,
-    checks=group_rollout_problems,
-    metrics=GIGPO_METRICS,
-    tapes=False,
-)
+@register_estimator("gigpo", metrics=GIGPO_METRICS, **_GROUP_ESTIMATOR)
 def gigpo(rows: Rows, alg: AlgorithmConfig) -> Estimate:
     """GiGPO: GRPO's episode-level advantage plus ``gigpo_omega`` times the step-level one of anchor-state groups."""
     return _group_estimate("gigpo", rows, alg)
