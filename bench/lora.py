@@ -33,6 +33,8 @@ VARIANTS = {
     "full": (),
     "lora": ("model.lora.rank={rank}", "model.lora.alpha={alpha}"),
 }
+SIZES = {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "num_kv_heads": 2, "intermediate_size": 1536}
+"""The model's sizes (``build_tiny_model``'s keywords; each an option, ``--hidden-size`` ...) and their defaults."""
 TIMINGS = ("step", "gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
 
 
@@ -142,11 +144,8 @@ def model_params(model: Path) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hidden-size", type=int, default=512)
-    p.add_argument("--num-layers", type=int, default=8)
-    p.add_argument("--num-heads", type=int, default=8)
-    p.add_argument("--num-kv-heads", type=int, default=2)
-    p.add_argument("--intermediate-size", type=int, default=1536)
+    for size, default in SIZES.items():
+        p.add_argument(f"--{size.replace('_', '-')}", type=int, default=default)
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--alpha", type=int, default=32)
     p.add_argument("--iterations", type=int, default=5)
@@ -156,13 +155,7 @@ def main() -> None:
     from verlog.models.tiny_model import build_tiny_model
 
     model = a.work / "model"
-    sizes = dict(
-        hidden_size=a.hidden_size,
-        num_layers=a.num_layers,
-        num_heads=a.num_heads,
-        num_kv_heads=a.num_kv_heads,
-        intermediate_size=a.intermediate_size,
-    )
+    sizes = {size: getattr(a, size) for size in SIZES}
     build_tiny_model(model, **sizes)
     results = {}
     for name, template in VARIANTS.items():
