@@ -116,6 +116,16 @@ def _require_source(fn: Callable[..., Any], needle: str, what: str) -> None:
         )
 
 
+def _to_patch(owner: Any, name: str, needle: str, what: str | None = None) -> Callable[..., Any] | None:
+    """``owner.name``, the function a patch replaces, after :func:`_require_source` checked it for ``needle``
+    (``what``: how a failure names it; default ``<module>.<name>``); None when verlog's replacement is there already."""
+    original = getattr(owner, name)
+    if getattr(original, "__verlog_patched__", False):
+        return None
+    _require_source(original, needle, what or f"{owner.__name__}.{name}")
+    return original
+
+
 # --------------------------------------------------------------------------------------------- post-import hooks
 _post_import: dict[str, list[Callable[[types.ModuleType], None]]] = {}
 
@@ -332,13 +342,14 @@ def _register_platform() -> None:
 
 
 # --------------------------------------------------------------------------------------------- 3. process group
+_DUPLICATE_BACKEND = 'f"cpu:gloo,{get_device_name()}'
+"""verl's process-group set-up names the CPU backend twice (``cpu:gloo,cpu:gloo``) on the CPU platform."""
+
+
 def _patch_process_group(module: types.ModuleType) -> None:
-    original = module.initialize_global_process_group_ray
-    if getattr(original, "__verlog_patched__", False):
+    original = _to_patch(module, "initialize_global_process_group_ray", _DUPLICATE_BACKEND)
+    if original is None:
         return
-    _require_source(
-        original, 'f"cpu:gloo,{get_device_name()}', "verl.utils.distributed.initialize_global_process_group_ray"
-    )
 
     def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
         return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
@@ -349,12 +360,9 @@ def _patch_process_group(module: types.ModuleType) -> None:
 
 def _patch_torchrun_process_group(module: types.ModuleType) -> None:
     """The torchrun variant (verl's SFT trainer) hard-codes the same duplicate backend string: use ``"cpu:gloo"``."""
-    original = module.initialize_global_process_group
-    if getattr(original, "__verlog_patched__", False):
+    original = _to_patch(module, "initialize_global_process_group", _DUPLICATE_BACKEND)
+    if original is None:
         return
-    _require_source(
-        original, 'f"cpu:gloo,{get_device_name()}', "verl.utils.distributed.initialize_global_process_group"
-    )
 
     def initialize_global_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:
         import datetime
@@ -373,10 +381,9 @@ def _patch_torchrun_process_group(module: types.ModuleType) -> None:
 
 # --------------------------------------------------------------------------------------------- 4. value head
 def _patch_valuehead(module: types.ModuleType) -> None:
-    original = module.load_valuehead_model
-    if getattr(original, "__verlog_patched__", False):
+    original = _to_patch(module, "load_valuehead_model", 'attn_implementation="flash_attention_2"')
+    if original is None:
         return
-    _require_source(original, 'attn_implementation="flash_attention_2"', "verl.utils.model.load_valuehead_model")
 
     def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
         from transformers import AutoModelForTokenClassification
@@ -446,10 +453,10 @@ def _install_vllm_alias() -> None:
 # --------------------------------------------------------------------------------------------- 6. vLLM weights
 def _patch_vllm_linear(module: types.ModuleType) -> None:
     method_cls = module.UnquantizedLinearMethod
-    original = method_cls.process_weights_after_loading
-    if getattr(original, "__verlog_patched__", False):
+    needle = "dispatch_cpu_unquantized_gemm(layer, remove_weight=True)"
+    original = _to_patch(method_cls, "process_weights_after_loading", needle, "vLLM's linear pre-pack")
+    if original is None:
         return
-    _require_source(original, "dispatch_cpu_unquantized_gemm(layer, remove_weight=True)", "vLLM's linear pre-pack")
 
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         from vllm.platforms import current_platform
@@ -579,10 +586,10 @@ def _boot_engine_core(module: types.ModuleType) -> None:
 def _processor_without_video(module: types.ModuleType) -> None:
     """Patch 10: ``Qwen2VLProcessor`` with an image processor and a tokenizer, no video processor."""
     cls = module.Qwen2VLProcessor
-    original = cls.__init__
-    if getattr(original, "__verlog_patched__", False):
+    needle = "super().__init__(image_processor, tokenizer, video_processor"
+    original = _to_patch(cls, "__init__", needle, "Qwen2VLProcessor")
+    if original is None:
         return
-    _require_source(original, "super().__init__(image_processor, tokenizer, video_processor", "Qwen2VLProcessor")
     from transformers.processing_utils import ProcessorMixin
 
     def __init__(
