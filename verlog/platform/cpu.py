@@ -586,8 +586,9 @@ def _boot_engine_core(module: types.ModuleType) -> None:
 def _processor_without_video(module: types.ModuleType) -> None:
     """Patch 10: ``Qwen2VLProcessor`` with an image processor and a tokenizer, no video processor."""
     cls = module.Qwen2VLProcessor
-    needle = "super().__init__(image_processor, tokenizer, video_processor"
-    original = _to_patch(cls, "__init__", needle, "Qwen2VLProcessor")
+    original = _to_patch(
+        cls, "__init__", "super().__init__(image_processor, tokenizer, video_processor", "Qwen2VLProcessor"
+    )
     if original is None:
         return
     from transformers.processing_utils import ProcessorMixin
