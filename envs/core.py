@@ -126,6 +126,12 @@ class TextObservationSpace(gym.spaces.Space):
         return False
 
 
+def check_either(name: str, value: Any, options: tuple[str, str]) -> None:
+    """Raise ValueError naming the argument ``name`` unless ``value`` is one of its two ``options``."""
+    if value not in options:
+        raise ValueError(f"{name} must be {options[0]!r} or {options[1]!r}, got {value!r}")
+
+
 class RecordsEnvId:
     """Marks an env whose saved states carry the registered id it was built from: :func:`envs.registry.make` sets
     its ``env_id`` (:class:`TextEnv`, :class:`envs.multitask.MultiTaskEnv`)."""

@@ -12,7 +12,7 @@ from envs.babaisai.levels import MAX_STEPS, TASKS, Level, generate
 from envs.babaisai.render import render_rgb
 from envs.babaisai.text import YOU_MISSING_PREFIX, instruction_prompt, object_lines, observation_text, rules_text
 from envs.babaisai.world import ACTIONS, Cells, Rules, advance, parse_rules
-from envs.core import TextEnv, TextObservation
+from envs.core import TextEnv, TextObservation, check_either
 from envs.errors import EnvStateError
 
 YouMissingText = Literal["balrog", "new_level"]
@@ -64,8 +64,7 @@ class BabaIsAIEnv(TextEnv):
     ) -> None:
         if task not in TASKS:
             raise UnknownTaskError(f"unknown BabaIsAI task {task!r}; known tasks: {', '.join(TASKS)}")
-        if you_missing_text not in ("balrog", "new_level"):
-            raise ValueError(f"you_missing_text must be 'balrog' or 'new_level', got {you_missing_text!r}")
+        check_either("you_missing_text", you_missing_text, ("balrog", "new_level"))
         kwargs.pop("add_ruleset", None)  # BALROG passes it; rules are always shown
         if include_image:
             kwargs["images"] = True

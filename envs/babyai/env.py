@@ -9,7 +9,7 @@ import numpy as np
 from envs.actions import BABYAI_SYNONYMS
 from envs.babyai.describe import ACTIONS, describe, instruction
 from envs.babyai.level import MixedLocalLevel, canonical_kind
-from envs.core import TextEnv, TextObservation
+from envs.core import TextEnv, TextObservation, check_either
 from envs.errors import EnvStateError
 
 _ACTION_INDEX = {name: i for i, name in enumerate(ACTIONS)}
@@ -48,8 +48,7 @@ class BabyAITextEnv(TextEnv):
         if render_image:
             kwargs["images"] = True
         super().__init__(**kwargs)
-        if instruction_variant not in ("balrog", "verlog"):
-            raise ValueError(f"instruction_variant must be 'balrog' or 'verlog', got {instruction_variant!r}")
+        check_either("instruction_variant", instruction_variant, ("balrog", "verlog"))
         self.kind = canonical_kind(kind)
         self.instruction_variant = instruction_variant
         self.actions = list(ACTIONS)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from envs.actions import CRAFTER_SYNONYMS
-from envs.core import TextEnv, TextObservation
+from envs.core import TextEnv, TextObservation, check_either
 from envs.crafter.describe import (
     ACTIONS,
     TEXT_VARIANTS,
@@ -51,8 +51,7 @@ class CrafterTextEnv(TextEnv):
         if render_image:
             kwargs["images"] = True
         super().__init__(**kwargs)
-        if achievements not in ("all", "remaining"):
-            raise ValueError(f"achievements must be 'all' or 'remaining', got {achievements!r}")
+        check_either("achievements", achievements, ("all", "remaining"))
         if text_variant not in TEXT_VARIANTS:
             raise ValueError(f"text_variant must be one of {TEXT_VARIANTS}, got {text_variant!r}")
         self.text_variant = text_variant
