@@ -112,6 +112,12 @@ MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-8}"
 MAX_PROMPT_TOKENS="${MAX_PROMPT_TOKENS:-1024}"
 PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-352}"
 PPO_SAVE_FREQ="${PPO_SAVE_FREQ:-5}"
+# vision (learn_visual.sh): VISION=1 starts from the tiny vision-language model (tiny-model --vision); IMAGE_HISTORY
+# newest observations are shown with their image in warm start, PPO and evaluation (memory.max_image_history, 0: text
+# only); TEXT_CONTROL=1 adds the control: the same PPO and evaluation with text-only prompts (ppo_text, eval_ppo_text)
+VISION="${VISION:-0}"
+IMAGE_HISTORY="${IMAGE_HISTORY:-0}"
+TEXT_CONTROL="${TEXT_CONTROL:-0}"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 
 SETTINGS=(SMOKE OUTPUT_DIR RESULTS ENV_ID START MAX_STEPS TIME_LIMIT ANSWER_FORMAT FORMAT_PENALTY MEMORY_N DEMO_EPISODES
@@ -122,6 +128,7 @@ SETTINGS=(SMOKE OUTPUT_DIR RESULTS ENV_ID START MAX_STEPS TIME_LIMIT ANSWER_FORM
     PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP WARMUP_ROLLOUT_MULTIPLIER
     WARMUP_CRITIC_UPDATES PPO_EPOCHS MINI_BATCHES KL_COEF SINGLE_GAE
     BOUNDARY_CUT STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ
+    VISION IMAGE_HISTORY TEXT_CONTROL
     ${EXTRA_SETTINGS[@]+"${EXTRA_SETTINGS[@]}"})
 
 # paths in the run folder and the results are kept as given when relative (the stages run from the repository root),
@@ -157,6 +164,15 @@ if [ "$LONG_HORIZON" = 1 ] && [ "$PPO_TURNS" -ge "$MAX_STEPS" ]; then
         "which this long-horizon recipe is about; lower PPO_TURNS (or raise MAX_STEPS)"
 fi
 case "$START" in demos | warm_start) ;; *) fail "START=$START is not demos or warm_start" ;; esac
+if [ "$VISION" = 1 ] && [ "$START" != warm_start ]; then
+    fail "VISION=1 starts from the tiny vision-language model's format-only warm start: set START=warm_start"
+fi
+if [ "$IMAGE_HISTORY" != 0 ] && [ "$VISION" != 1 ]; then
+    fail "IMAGE_HISTORY=$IMAGE_HISTORY needs VISION=1 (a text model reads no images): set VISION=1 or IMAGE_HISTORY=0"
+fi
+if [ "$TEXT_CONTROL" = 1 ] && [ "$IMAGE_HISTORY" = 0 ]; then
+    fail "TEXT_CONTROL=1 compares PPO with images to PPO without: set IMAGE_HISTORY to 1 or more"
+fi
 # the SFT-length scan: SFT runs to the longest length, checkpointing every SCAN_EVERY steps (the lengths' gcd)
 SCAN_EVERY=0
 if [ -n "$SFT_SCAN" ]; then
@@ -257,11 +273,12 @@ start_model() {
         START_MODEL="$RUN/sft/model"
         [ -z "$SFT_SCAN" ] || scan_sft_lengths
     else
-        local tokenizer_env=()
+        local tokenizer_env=() vision=()
         [ "$TOKENIZER_FROM_DATA" = true ] && tokenizer_env=(--tokenizer-env "$ENV_ID")
+        [ "$VISION" = 1 ] && vision=(--vision --max-image-history "$IMAGE_HISTORY")
         stage warm_start "$RUN/warm_start/model/config.json" "" -- \
             "$PYTHON" -m verlog tiny-model "$RUN/warm_start/model" --force --warm-start "$ENV_ID" \
-            ${tokenizer_env[@]+"${tokenizer_env[@]}"} \
+            ${tokenizer_env[@]+"${tokenizer_env[@]}"} ${vision[@]+"${vision[@]}"} \
             --warm-start-steps "$WARM_START_STEPS" --answer-format "$ANSWER_FORMAT" --memory-n "$MEMORY_N" \
             --hidden-size "$MODEL_HIDDEN" --num-layers "$MODEL_LAYERS" --num-heads "$MODEL_HEADS" \
             --num-kv-heads "$MODEL_KV_HEADS" --intermediate-size "$MODEL_FFN" --vocab-size "$MODEL_VOCAB" \
@@ -280,7 +297,8 @@ evaluate() {
         --seed-start "${3:-$EVAL_SEED_START}" --max-steps "$MAX_STEPS" \
         --env-kwargs "${EVAL_ENV_KWARGS_JSON:-$ENV_KWARGS_JSON}" --temperature "$EVAL_TEMPERATURE" \
         --max-tokens "$MAX_RESPONSE_TOKENS" --max-prompt-tokens "$MAX_PROMPT_TOKENS" --memory-n "$MEMORY_N" \
-        --answer-format "$ANSWER_FORMAT" --resume --out "$out"
+        --answer-format "$ANSWER_FORMAT" --resume --out "$out" \
+        $([ "$IMAGE_HISTORY" = 0 ] || echo --max-image-history "$IMAGE_HISTORY")
 }
 
 # scan_sft_lengths: evaluate each SFT_SCAN checkpoint on the validation seeds; the longest below START_BOUND (95%
@@ -338,6 +356,7 @@ ppo() {
         algorithm.advantage_level="$ADVANTAGE_LEVEL" \
         evaluation.every="$EVAL_EVERY" evaluation.episodes="$EVAL_EPISODES_IN_TRAINING" \
         checkpoint.save_freq="$PPO_SAVE_FREQ" checkpoint.resume=auto \
+        $([ "$IMAGE_HISTORY" = 0 ] || echo memory.max_image_history="$IMAGE_HISTORY") \
         "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" "$@"
 }
 
@@ -355,6 +374,10 @@ run_all() {
     if [ "$SINGLE_GAE" = 1 ]; then
         ppo ppo_single "$STEP_GAMMA" "$STEP_LAM"
         evaluate ppo_single "$RUN/ppo_single/checkpoints"
+    fi
+    if [ "$TEXT_CONTROL" = 1 ]; then # the control of a visual task: the same PPO, prompts without images
+        IMAGE_HISTORY=0 ppo ppo_text 1.0 1.0 env.kwargs.images=false
+        IMAGE_HISTORY=0 evaluate ppo_text "$RUN/ppo_text/checkpoints"
     fi
     # the results: always rewritten from what the run folder holds (cheap)
     local cmd=("$PYTHON" -m verlog report learning "$RUN" --out "$RESULTS")

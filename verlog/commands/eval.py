@@ -81,6 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"prompt budget, old turns dropped (default {MAX_PROMPT_TOKENS}; with --endpoint it needs --tokenizer)",
     )
     add_memory_arguments(parser)
+    parser.add_argument(
+        "--max-image-history",
+        type=int_at_least(0),
+        default=0,
+        help="newest observations shown with their image, as training's memory.max_image_history (default 0: text "
+        "only); needs a vision-language model on the vllm engine and an env that draws images",
+    )
     add_answer_format_argument(parser)
     parser.add_argument(
         "--max-steps", type=int_at_least(1), default=None, help="step limit per episode (default: the env's)"
@@ -170,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
             n=args.memory_n,
             keep_reasoning_turns=args.keep_reasoning_turns,
             answer_format=check_answer_format(args.answer_format),
+            max_image_history=args.max_image_history,
         )
     except (EvalProtocolError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -184,13 +192,16 @@ def run(args: argparse.Namespace) -> int:
         model_path = _check_model(args)
         tokenizer = _tokenizer(model_path)
     _check_resume(args, protocol, model_path, sampling, memory)
+    image_tokens = _check_images(args, model_path)
     kwargs = dict(env_kwargs, **({} if args.max_steps is None else {"max_steps": args.max_steps}))
     for task in protocol.tasks:
-        env = build_env(task, kwargs, "--env-kwargs", seed=protocol.seed_list()[0])
+        env = _build_task_env(task, kwargs, protocol.seed_list()[0], image_tokens is not None)
         try:
             if tokenizer is not None:
                 counted = args.tokenizer or model_path
-                _check_budget(env, task, tokenizer, memory, args.max_prompt_tokens, protocol.seed_list()[0], counted)
+                _check_budget(
+                    env, task, tokenizer, memory, args.max_prompt_tokens, protocol.seed_list()[0], counted, image_tokens
+                )
         finally:
             env.close()
     n_episodes = len(protocol.episodes())
@@ -382,6 +393,7 @@ def _evaluate_quietly(args: argparse.Namespace, protocol: Any, model_path: Path,
                     dtype=args.dtype,
                     max_model_len=args.max_prompt_tokens + args.max_tokens,
                     seed=args.sampling_seed,
+                    images_per_prompt=max(1, args.max_image_history),
                 )
             except EvalModelError as exc:
                 raise UsageError(str(exc)) from None
@@ -480,13 +492,63 @@ def _tokenizer(model_path: Path, option: str = "--model") -> Any:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def _check_images(args: argparse.Namespace, model_path: Path | str) -> Any:
+    """With ``--max-image-history`` > 0: the model's tokens per image (its processor), after checking that images
+    can be sent (a local vision-language model on the vllm engine, a processor that loads); None for text."""
+    if args.max_image_history <= 0:
+        return None
+    from verlog.errors import ImageSetupError
+    from verlog.models.vision import ImageTokenCounter, is_vision_model, load_vision_processor
+
+    fix = "or leave --max-image-history out (text only)"
+    if args.endpoint is not None:
+        raise UsageError(f"--max-image-history with --endpoint: an endpoint evaluation sends text only; {fix}")
+    if args.engine != "vllm":
+        raise UsageError(f"--max-image-history with --engine {args.engine}: images go through --engine vllm; {fix}")
+    if not is_vision_model(model_path):
+        raise UsageError(
+            f"--max-image-history: {model_path} is a text-only model (its config.json has no vision_config): "
+            f"evaluate a vision-language model, {fix}"
+        )
+    try:
+        return ImageTokenCounter(load_vision_processor(model_path))
+    except ImageSetupError as exc:
+        raise UsageError(f"--max-image-history: {exc}") from None
+
+
+def _build_task_env(task: str, kwargs: dict[str, Any], seed: int, images: bool) -> Any:
+    """The task's env as the evaluation builds it (with ``images=True`` when prompts show images; an env that draws
+    none is a UsageError naming the fix)."""
+    if not images:
+        return build_env(task, kwargs, "--env-kwargs", seed=seed)
+    env = build_env(task, kwargs, "--env-kwargs", reset=False)
+    provides = bool(getattr(env, "provides_images", False))
+    env.close()
+    if not provides:
+        raise UsageError(
+            f"--max-image-history: env {task!r} draws no images (its provides_images is False): evaluate an env with "
+            "images (toy/visual, babyai, babaisai, crafter), or leave --max-image-history out"
+        )
+    return build_env(task, dict(kwargs, images=True), "--env-kwargs", seed=seed)
+
+
 def _check_budget(
-    env: Any, task: str, tokenizer: Any, memory: Any, budget: int, seed: int, model_path: Path | str
+    env: Any,
+    task: str,
+    tokenizer: Any,
+    memory: Any,
+    budget: int,
+    seed: int,
+    model_path: Path | str,
+    image_tokens: Any = None,
 ) -> None:
-    """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`)."""
+    """The first prompt of ``task`` fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`),
+    its image counted with ``image_tokens``."""
     from verlog.prompting.budget import budget_problem
 
     counted = f"the tokenizer of {model_path}"
-    problem = budget_problem(env, task, tokenizer, memory, budget, "--max-prompt-tokens", counted, seed=seed)
+    problem = budget_problem(
+        env, task, tokenizer, memory, budget, "--max-prompt-tokens", counted, seed=seed, image_tokens=image_tokens
+    )
     if problem is not None:
         raise UsageError(f"--max-prompt-tokens: {problem}")

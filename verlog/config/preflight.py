@@ -72,8 +72,6 @@ def preflight(cfg: DictConfig | TrainConfig, imports: Sequence[str] = (), overwr
         problems += env_problems
         if not env_problems and not drop and not any(k.startswith(("evaluation", "seed", "iterations")) for k in bad):
             problems += check_evaluation(typed)
-    problems += _images_with_evaluation(typed, problems)
-    problems += vision_model_on_text(typed)
     raise_if(problems)
     return typed
 
@@ -168,36 +166,6 @@ def check_images(cfg: TrainConfig) -> list[Problem]:
     except ImageSetupError as exc:
         return [Problem(key, f"{key}: {exc}")]
     return []
-
-
-def _images_with_evaluation(cfg: TrainConfig, problems: list[Problem]) -> list[Problem]:
-    """Images with in-training evaluation: refused until it takes images (one line,
-    :func:`verlog.models.vision.evaluation_not_supported_yet`); a critic reads them (verlog.trainer.value_model)."""
-    from verlog.models.vision import evaluation_not_supported_yet
-
-    k = cfg.memory.max_image_history
-    if k <= 0 or problems:
-        return []
-    problem = evaluation_not_supported_yet(k, cfg.evaluation.every)
-    return [] if problem is None else [Problem("memory.max_image_history", problem)]
-
-
-def vision_model_on_text(cfg: TrainConfig) -> list[Problem]:
-    """A vision-language model folder with ``memory.max_image_history`` 0: refused before launch (verl's Qwen2-VL
-    forward needs 4-row position ids, which verlog builds only for runs with images; measured: the first old
-    log-probs fail inside verl's worker)."""
-    from verlog.models.vision import is_vision_model
-
-    if cfg.memory.max_image_history > 0 or not is_vision_model(Path(cfg.model.path).expanduser()):
-        return []
-    return [
-        Problem(
-            "memory.max_image_history",
-            f"memory.max_image_history=0 with {cfg.model.path}, a vision-language model: training it on text only is "
-            "not supported yet (docs/vision.md): set memory.max_image_history=1 with an env that draws images, or "
-            "train a text model",
-        )
-    ]
 
 
 def _image_tokens(cfg: TrainConfig) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from verlog.errors import EngineStartError, VerlogError
 from verlog.models.folder import ModelFolderError, has_weights, load_chat_tokenizer
-from verlog.models.vision import is_vision_model, vllm_mm_limits
+from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_mm_limits
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
@@ -161,6 +161,7 @@ def load_model(
     max_model_len: int = 2048,
     seed: int = 0,
     gpu_memory_utilization: float = 0.9,
+    images_per_prompt: int = 1,
 ) -> LoadedModel:
     """Start ``engine`` on the model at ``path`` (resolved by :func:`resolve_model_path`).
 
@@ -171,6 +172,8 @@ def load_model(
         max_model_len: prompt plus response tokens the vLLM engine must hold.
         seed: sampling seed of the engine.
         gpu_memory_utilization: vLLM's share of GPU memory (ignored on CPU).
+        images_per_prompt: most images in one prompt of a vision-language model (the memory's
+            ``max_image_history``; vLLM's ``limit_mm_per_prompt``).
     """
     if engine not in ENGINES:
         raise EvalModelError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -194,7 +197,9 @@ def load_model(
     else:
         from vllm import LLM
 
-        kwargs = vllm_engine_kwargs(folder, chosen, max_model_len, seed, on_gpu, gpu_memory_utilization)
+        kwargs = vllm_engine_kwargs(
+            folder, chosen, max_model_len, seed, on_gpu, gpu_memory_utilization, images_per_prompt
+        )
         try:
             llm = LLM(**kwargs)
         except Exception as exc:  # vLLM's engine process logs the cause; its exception says only that it failed
@@ -204,5 +209,6 @@ def load_model(
                 " CPU, often memory: VLLM_CPU_KVCACHE_SPACE sets the KV cache in GiB); --engine transformers needs no"
                 " vLLM"
             ) from None
-        generator = VllmEngineGenerator(llm)
+        placeholders = placeholder_token_ids(tokenizer) if is_vision_model(folder) else []
+        generator = VllmEngineGenerator(llm, placeholders)
     return LoadedModel(generator, tokenizer, folder, engine, chosen, device, seed)

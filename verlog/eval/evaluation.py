@@ -30,6 +30,7 @@ from verlog.eval.report import (
     write_summary,
 )
 from verlog.eval.runner import EpisodeRecord, play_episodes
+from verlog.models.vision import ImageTokenCounter, load_vision_processor
 from verlog.prompting.memory import MemoryConfig, SlidingMemory
 from verlog.prompting.sampling import SamplingConfig
 from verlog.tapes.record import TurnLogWriter, iter_turn_logs
@@ -61,7 +62,9 @@ def evaluate(
     again (BALROG's resume); without it an existing ``episodes.jsonl`` is an error rather than silently mixed.
     ``memory`` is the memory section (:class:`verlog.prompting.memory.MemoryConfig`; None: its defaults, training's), so
     a model is evaluated on the prompts it was trained on; ``memory``, ``generation_retries``, ``in_process`` and
-    ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`.
+    ``num_workers`` go to :func:`verlog.eval.runner.run_episodes`. With ``memory.max_image_history`` > 0 the envs
+    draw their images and the newest observations are shown with them, as in training (the model's processor counts
+    their tokens; ``model`` must be a vision-language model on the vLLM engine).
     """
     memory = memory if memory is not None else MemoryConfig()
     out = Path(out_dir)
@@ -82,15 +85,18 @@ def evaluate(
     if log_turns and resume:
         _keep_finished_turns(out / TURNS_FILE, {r.episode_id for r in previous})
     writer = TurnLogWriter(out / TURNS_FILE, append=resume) if log_turns else None
+    images = memory.max_image_history > 0
+    image_tokens = ImageTokenCounter(load_vision_processor(model.model_path)) if images else None
     try:
         new = play_episodes(
             todo,
             model.policy(sampling, generation_retries),
             model.tokenizer,
-            memory_factory=lambda: SlidingMemory.from_config(memory),
+            memory_factory=lambda: SlidingMemory.from_config(memory, image_tokens),
             max_prompt_tokens=max_prompt_tokens,
             concurrency=concurrency,
             env_kwargs=protocol.env_kwargs,
+            images=images,
             max_steps=protocol.max_steps,
             turn_log=writer,
             on_episode=record,
@@ -169,6 +175,7 @@ def evaluation_settings(
         "memory_n": memory.n,
         "keep_reasoning_turns": memory.keep_reasoning_turns,
         "answer_format": memory.answer_format,
+        "max_image_history": memory.max_image_history,
         "max_prompt_tokens": max_prompt_tokens,
         "protocol": protocol.as_dict(),
     }
@@ -184,6 +191,7 @@ SETTING_OPTIONS = {
     "memory_n": "--memory-n",
     "keep_reasoning_turns": "--keep-reasoning-turns",
     "answer_format": "--answer-format",
+    "max_image_history": "--max-image-history",
     "max_prompt_tokens": "--max-prompt-tokens",
     "protocol.tasks": "--tasks",
     "protocol.max_steps": "--max-steps",

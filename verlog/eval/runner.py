@@ -114,6 +114,7 @@ def run_episodes(
     step_timeout: float | None = 60.0,
     backend: str | None = None,
     ray_options: dict[str, Any] | None = None,
+    image_tokens: Callable[[Any], int] | None = None,
 ) -> list[EpisodeRecord]:
     """Play every episode of ``specs`` to its end; records come back in the order of ``specs``.
 
@@ -137,13 +138,20 @@ def run_episodes(
         backend: the env pool's backend (``subprocess``, ``ray``, ``in_process``; None: from ``in_process``), and
             ``ray_options`` its Ray workers' requests (``envs.pool.EnvPool``): evaluation inside training places its
             envs where training's are.
+        image_tokens: a vision-language model's tokens per image (``verlog.models.vision.ImageTokenCounter``),
+            needed when ``memory.max_image_history`` > 0: then the envs draw their images and the newest observations
+            are shown with them, as in training.
     """
+    memory = memory if memory is not None else MemoryConfig()
+    images = memory.max_image_history > 0
+    if images and image_tokens is None:
+        raise ValueError("memory.max_image_history > 0 needs image_tokens (the model's tokens per image)")
     policy = GeneratorPolicy(generator, tokenizer, sampling, retries=generation_retries)
     return play_episodes(
         specs,
         policy,
         tokenizer,
-        memory_factory=lambda: SlidingMemory.from_config(memory),
+        memory_factory=lambda: SlidingMemory.from_config(memory, image_tokens),
         max_prompt_tokens=max_prompt_tokens,
         concurrency=concurrency,
         env_kwargs=env_kwargs,
@@ -155,6 +163,7 @@ def run_episodes(
         step_timeout=step_timeout,
         backend=backend,
         ray_options=ray_options,
+        images=images,
     )
 
 
@@ -175,6 +184,7 @@ def play_episodes(
     step_timeout: float | None = 60.0,
     backend: str | None = None,
     ray_options: dict[str, Any] | None = None,
+    images: bool = False,
 ) -> list[EpisodeRecord]:
     """:func:`run_episodes` with any :class:`~verlog.rollout.stepper.Policy` (and a memory factory)."""
     from envs.pool import EnvPool
@@ -186,6 +196,8 @@ def play_episodes(
     kwargs = dict(env_kwargs or {})
     if max_steps is not None:
         kwargs["max_steps"] = max_steps
+    if images:
+        kwargs["images"] = True
     done: dict[EpisodeSpec, EpisodeRecord] = {}
     pool: Any = None
     try:
@@ -203,7 +215,7 @@ def play_episodes(
                     in_process=local,
                     num_workers=workers,
                     step_timeout=None if local else step_timeout,
-                    keep_images=turn_log is not None,
+                    keep_images=images or turn_log is not None,
                     backend=backend,
                     ray_options=ray_options,
                 )

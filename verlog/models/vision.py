@@ -21,17 +21,6 @@ IMAGE_PAD = "<|image_pad|>"
 """The placeholder the chat template writes once per image; the model reads it ``image tokens`` times."""
 
 
-def evaluation_not_supported_yet(max_image_history: int, evaluation_every: int) -> str | None:
-    """The launch refusal of images with in-training evaluation, or None: ``verlog eval``'s runner builds text
-    prompts, so a visual env would be evaluated without its images (docs/vision.md, Next)."""
-    if max_image_history <= 0 or evaluation_every <= 0:
-        return None
-    return (
-        "memory.max_image_history > 0 with evaluation.every > 0: evaluation does not send images to the model yet "
-        "(docs/vision.md, Next), so it would score a visual env on text alone: set evaluation.every=0"
-    )
-
-
 def read_model_config(folder: str | Path) -> dict[str, Any] | None:
     """The folder's ``config.json`` as a dict, or None when it has none (a hub name, a missing folder)."""
     path = Path(folder) / "config.json"
@@ -90,6 +79,25 @@ def expand_image_pads(token_ids: list[int], pad_id: int, counts: list[int]) -> l
     return out
 
 
+def fold_image_pads(token_ids: list[int], placeholder_ids: set[int] | frozenset[int]) -> list[int]:
+    """The inverse of :func:`expand_image_pads`: each run of a placeholder token (``<|image_pad|>``,
+    ``<|video_pad|>``) folded back to one, as vLLM's processor wants a token prompt with images (it expands each
+    placeholder to its image's tokens itself)."""
+    out: list[int] = []
+    for token in token_ids:
+        if not (out and token in placeholder_ids and out[-1] == token):
+            out.append(token)
+    return out
+
+
+def placeholder_token_ids(tokenizer: Any) -> list[int]:
+    """The ids of ``<|image_pad|>`` and ``<|video_pad|>`` in a vision-language model's tokenizer: tokens the policy
+    must never sample (a sampled one has no image behind it; verl's rollout server bans them the same way)."""
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in (IMAGE_PAD, "<|video_pad|>")]
+    return [int(i) for i in ids if i is not None and i != unknown]
+
+
 def pixel_inputs(processor: Any, images: list[Any]) -> dict[str, Any]:
     """The vision inputs of one row's images (torch tensors): ``pixel_values`` ``[patches, C*T*P*P]`` and
     ``image_grid_thw`` ``[images, 3]`` (patches = ``image_grid_thw.prod(-1).sum()``), and ``images_seqlens``
@@ -106,22 +114,31 @@ def pixel_inputs(processor: Any, images: list[Any]) -> dict[str, Any]:
     }
 
 
-def prefix_sharing_off_reason(max_image_history: int, prefix_sharing: bool) -> str | None:
-    """Why ``hardware.prefix_sharing`` is turned off for a run with images (one log line), or None: rows with
-    images carry ``multi_modal_inputs`` and three-row rotary positions, which the shared-prefix passes do not
+def multimodal_rows(model_path: str | Path, max_image_history: int) -> bool:
+    """Whether a run's rows take the vision-language path: verl's ``[B, 4, L]`` multimodal rotary positions and a
+    ``multi_modal_inputs`` column (``{}`` for a row without images). True with images in the prompt
+    (``max_image_history`` > 0) and for any vision-language model, images or not: Qwen2-VL's forward in verl reads
+    the three rotary rows even on text-only rows (measured: the first old log-probs failed with plain positions)."""
+    return max_image_history > 0 or is_vision_model(Path(model_path).expanduser())
+
+
+def prefix_sharing_off_reason(model_path: str | Path, max_image_history: int, prefix_sharing: bool) -> str | None:
+    """Why ``hardware.prefix_sharing`` is turned off for a run on the vision-language path (one log line), or None:
+    such rows carry ``multi_modal_inputs`` and three-row rotary positions, which the shared-prefix passes do not
     handle, so every pass runs verl's own per-row path (docs/vision.md)."""
-    if max_image_history <= 0 or not prefix_sharing:
+    if not prefix_sharing or not multimodal_rows(model_path, max_image_history):
         return None
+    why = "rows with images (memory.max_image_history > 0)" if max_image_history > 0 else "a VLM's rows"
     return (
-        "hardware.prefix_sharing is off for this run: rows with images (memory.max_image_history > 0) take verl's "
-        "per-row passes (their vision inputs and multimodal rotary positions are not shared; docs/vision.md)"
+        f"hardware.prefix_sharing is off for this run: {why} take verl's per-row passes (their vision inputs and "
+        "multimodal rotary positions are not shared; docs/vision.md)"
     )
 
 
 def rollout_processor(model_path: str, max_image_history: int) -> Any:
-    """The processor training's rollout builds image prompts and rows with (:func:`load_vision_processor`), or None
-    for a text-only run."""
-    return load_vision_processor(model_path) if max_image_history > 0 else None
+    """The processor training's rollout builds image prompts and rows with (:func:`load_vision_processor`) on the
+    vision-language path (:func:`multimodal_rows`), or None for a text model's run."""
+    return load_vision_processor(model_path) if multimodal_rows(model_path, max_image_history) else None
 
 
 def text_only_model_problem(path: str, build_tiny: bool) -> str | None:

@@ -57,9 +57,10 @@ def build_rollout(
         group_size: rollouts per group for the estimators that group them (GRPO, GiGPO), else None.
         pipeline_groups: slot groups of the ``pipeline`` rollout (``rollout.pipeline_groups`` when
             ``rollout.async_mode=pipeline``), else None (lockstep).
-        processor: the vision-language model's processor (``verlog.models.vision.rollout_processor``) when
-            ``memory.max_image_history`` > 0: it counts each image's tokens (the memory's budget, the prompt's
-            expanded ``<|image_pad|>`` runs) and the trainer builds the rows' ``multi_modal_inputs`` with it.
+        processor: the vision-language model's processor (``verlog.models.vision.rollout_processor``; None for a
+            text model): with ``memory.max_image_history`` > 0 it counts each image's tokens (the memory's budget,
+            the prompt's expanded ``<|image_pad|>`` runs); the trainer builds the rows' ``multi_modal_inputs`` and
+            multimodal rotary positions with it, images or not.
         The rest are the ``rollout``, ``memory`` and ``sampling`` sections and the run's seed and name.
     """
     if memory.max_image_history > 0 and processor is None:
@@ -95,7 +96,7 @@ def build_rollout(
             group_size=group_size,
             curriculum=task_curriculum,
             pipeline_groups=pipeline_groups,
-            processor=processor if memory.max_image_history > 0 else None,
+            processor=processor,
         )
     except BaseException:  # settings the manager refuses: stop the pool's workers before the error goes up
         pool.close()

@@ -265,10 +265,15 @@ class VllmEngineGenerator:
 
     Args:
         llm: a ``vllm.LLM``.
+        placeholder_ids: a vision-language model's ``<|image_pad|>``/``<|video_pad|>`` ids
+            (``verlog.models.vision.placeholder_token_ids``; empty for a text model). A request with images sends
+            its prompt with each expanded placeholder run folded back to one and its images as ``multi_modal_data``
+            (vLLM's processor expands them again), as verl's rollout server does; the placeholders are never sampled.
     """
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, placeholder_ids: Sequence[int] = ()) -> None:
         self.llm = llm
+        self.placeholder_ids = frozenset(int(i) for i in placeholder_ids)
 
     def close(self) -> None:
         """Stop the engine's processes now (otherwise at interpreter exit, with vLLM's shutdown lines after the
@@ -278,10 +283,20 @@ class VllmEngineGenerator:
         if callable(shutdown):
             shutdown()
 
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
-        from vllm import SamplingParams
+    def _prompt(self, request: GenerationRequest) -> Any:
         from vllm.inputs import TokensPrompt
 
+        from verlog.models.vision import fold_image_pads
+
+        if not request.images:
+            return TokensPrompt(prompt_token_ids=list(request.prompt_ids))
+        folded = fold_image_pads(list(request.prompt_ids), self.placeholder_ids)
+        return TokensPrompt(prompt_token_ids=folded, multi_modal_data={"image": list(request.images)})
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[GenerationResult]:
+        from vllm import SamplingParams
+
+        banned = {i: -100.0 for i in sorted(self.placeholder_ids)} or None
         params = [
             SamplingParams(
                 temperature=sampling.temperature,
@@ -289,10 +304,11 @@ class VllmEngineGenerator:
                 top_k=sampling.top_k,
                 max_tokens=sampling.max_tokens,
                 logprobs=0,
+                logit_bias=banned,
             )
             for _ in requests
         ]
-        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        prompts = [self._prompt(r) for r in requests]
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as exc:

@@ -88,7 +88,7 @@ class VerlogAgentLoopManager(AgentLoopManager):
             record.metrics.update({**overlap, **version_metrics(record.batch)})
             elapsed = overlap["async/wait_s"]  # verl's "gen" time: what the trainer waited for
         record.step = step
-        if getattr(self.rollout, "processor", None) is not None:  # prompts with images (memory.max_image_history > 0)
+        if getattr(self.rollout, "processor", None) is not None:  # a vision-language model's rollout
             record.metrics.update(image_row_metrics(record.batch.rows))
         self.last_rollout = record
         return self.to_dataproto(record.batch, elapsed)
@@ -105,8 +105,9 @@ class VerlogAgentLoopManager(AgentLoopManager):
         turn_index, slot, terminated, truncated, bootstrap_prompt_ids (the prompt of ``s_{t+1}`` as a token-id
         list, or None: what the trainer's value step reads) and bootstrap_images (its images), generation_failed,
         policy_version (the oldest policy version among the row's tokens, -1 when unknown), task in multi-task
-        training and, for group rollouts, group_id, anchor, trained. With images (the rollout has a processor),
-        ``multi_modal_inputs`` holds each row's vision inputs and ``position_ids`` are ``[B, 4, L]``
+        training and, for group rollouts, group_id, anchor, trained. On the vision-language path (the rollout has a
+        processor: a VLM, images or not), ``multi_modal_inputs`` holds each row's vision inputs (``{}`` without
+        images) and ``position_ids`` are ``[B, 4, L]``
         (:mod:`verlog.trainer.vision_rows`).
         """
         rollout_config = self.config.actor_rollout_ref.rollout

@@ -135,15 +135,17 @@ def _rollout_overrides(cfg: TrainConfig) -> list[str]:
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={AGENT_LOOP_MANAGER}",
-        *_image_limit_overrides(cfg.memory.max_image_history),
+        *_image_limit_overrides(cfg.model.path, cfg.memory.max_image_history),
     ]
 
 
-def _image_limit_overrides(max_image_history: int) -> list[str]:
-    """vLLM's images per prompt for a run with images (``limit_mm_per_prompt``, no videos: verlog.models.vision)."""
-    if max_image_history <= 0:
+def _image_limit_overrides(model_path: str, max_image_history: int) -> list[str]:
+    """vLLM's images per prompt on the vision-language path (``limit_mm_per_prompt``, at least 1 image, no videos:
+    verlog.models.vision), the same for a VLM trained on text only."""
+    from verlog.models.vision import multimodal_rows, vllm_mm_limits
+
+    if not multimodal_rows(model_path, max_image_history):
         return []
-    from verlog.models.vision import vllm_mm_limits
 
     limits = ",".join(f"{k}:{v}" for k, v in vllm_mm_limits(max_image_history).items())
     return [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={{{limits}}}"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,8 +184,12 @@ class TrainingEvaluator:
             families=family_protocols(cfg),
         )
 
-    def run(self, generator: Generator, tokenizer: Any, iteration: int) -> dict[str, float]:
+    def run(
+        self, generator: Generator, tokenizer: Any, iteration: int, image_tokens: Callable[[Any], int] | None = None
+    ) -> dict[str, float]:
         """Play the protocol's episodes with ``generator`` (the current policy); returns the ``eval/*`` metrics.
+        ``image_tokens``: the VLM's tokens per image, with ``memory.max_image_history`` > 0 (prompts with images,
+        as the rollout's).
 
         A failure (an env that raises, a lost server) does not stop training: it is printed with its traceback and
         reported as ``eval/failed`` = 1.
@@ -215,6 +219,7 @@ class TrainingEvaluator:
                     max_steps=protocol.max_steps,
                     turn_log=tape if i == 0 else None,
                     memory=self.memory,
+                    image_tokens=image_tokens,
                     **(self.pool or {}),
                 )
         except Exception as exc:  # an evaluation must not end a training run

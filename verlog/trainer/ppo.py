@@ -52,7 +52,7 @@ from verlog.config.async_modes import AsyncMode, get_async_mode
 from verlog.config.env_backend import env_pool_arguments, ray_workers_line
 from verlog.config.schema import TrainConfig
 from verlog.console import say
-from verlog.models.vision import rollout_processor
+from verlog.models.vision import ImageTokenCounter, rollout_processor
 from verlog.rollout.build import build_rollout
 from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.iteration import append_iteration_logs
@@ -234,7 +234,10 @@ class VerlogPPOTrainer(RunState, ModelPasses):
             self.async_rollout_manager.ahead.settle()
             sync.apply_deferred()
         generator = VerlServerGenerator(self.async_rollout_manager.llm_client)
-        metrics = self._evaluator.run(generator, self.tokenizer, int(self.global_steps))
+        processor = getattr(self.async_rollout_manager.rollout, "processor", None)
+        images = processor is not None and self.settings.memory.max_image_history > 0
+        image_tokens = ImageTokenCounter(processor) if images else None
+        metrics = self._evaluator.run(generator, self.tokenizer, int(self.global_steps), image_tokens)
         if isinstance(sync, WeightSync) and sync.version is not None:
             metrics["eval/policy_version"] = float(sync.version)
         return metrics

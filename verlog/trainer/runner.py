@@ -51,10 +51,12 @@ def _platform_env(cfg: TrainConfig) -> None:
         os.environ.pop("VERL_ENGINE_VENDOR", None)
     from verlog.models.vision import is_vision_model
 
-    if is_vision_model(cfg.model.path):  # the critic on a VLM: verl's loader finds verlog's value model class
+    if is_vision_model(cfg.model.path):
         from verlog.trainer.value_model import VALUE_MODEL_MODULE
+        from verlog.trainer.vlm_text_rows import VLM_TEXT_ROWS_MODULE
 
-        _import_in_verl_processes(VALUE_MODEL_MODULE)
+        _import_in_verl_processes(VALUE_MODEL_MODULE)  # the critic on a VLM: verl's loader finds verlog's class
+        _import_in_verl_processes(VLM_TEXT_ROWS_MODULE)  # micro-batches without images through verl's forward
 
 
 def _import_in_verl_processes(module: str) -> None:
@@ -164,7 +166,7 @@ def prepare_resume(cfg: TrainConfig) -> int | None:
 def train(cfg: TrainConfig) -> Path:
     """Train with verlog's checked config ``cfg`` (:func:`verlog.config.preflight`); returns the output folder
     (checkpoints, metrics.jsonl, config.yaml)."""
-    from verlog.models.vision import prefix_sharing_off_reason
+    from verlog.models.vision import multimodal_rows, prefix_sharing_off_reason
     from verlog.run.folder import RunFolder
     from verlog.trainer.config import build_verl_config
 
@@ -175,12 +177,12 @@ def train(cfg: TrainConfig) -> Path:
     if model.build_tiny or os.path.exists(os.path.expanduser(model.path)):  # a local folder: absolute for the workers
         model = dataclasses.replace(model, path=str(Path(model.path).expanduser().absolute()))
     with_abs = dataclasses.replace(cfg, output_dir=str(out), model=model)
-    unshared = prefix_sharing_off_reason(cfg.memory.max_image_history, cfg.hardware.prefix_sharing)
+    unshared = prefix_sharing_off_reason(model.path, cfg.memory.max_image_history, cfg.hardware.prefix_sharing)
     if unshared is not None:
         say(f"[verlog] {unshared}")
         with_abs = dataclasses.replace(with_abs, hardware=dataclasses.replace(cfg.hardware, prefix_sharing=False))
     _platform_env(with_abs)
-    if with_abs.memory.max_image_history > 0:  # rows with [4, L] position ids: verl's fix in every process
+    if multimodal_rows(model.path, cfg.memory.max_image_history):  # rows with [4, L] positions: verl's fix everywhere
         from verlog.trainer.nested_rows import enable_for_workers
 
         enable_for_workers()

@@ -25,8 +25,11 @@ rollout).
 Registered with verl (``hardware.prefix_sharing``): verlog's FSDP engines for the actor, reference and critic, under
 the vendor ``verlog`` of verl's engine registry (verlog/trainer/engines.py), with ``_balance_batch`` overridden.
 
-Replaced in every process for runs with images: ``verl.utils.tensordict_utils.nested_tensor_from_tensor_list``,
-which loses the shape of ``[4, L]`` position ids under torch 2.13 (verlog/trainer/nested_rows.py).
+Replaced in every process for runs of a vision-language model:
+``verl.utils.tensordict_utils.nested_tensor_from_tensor_list``, which loses the shape of ``[4, L]`` position ids
+under torch 2.13 (verlog/trainer/nested_rows.py), and
+``verl.models.transformers.qwen2_vl._get_input_embeds`` wrapped for micro-batches without images
+(verlog/trainer/vlm_text_rows.py).
 
 Read from verl: the iteration's number that ``fit`` puts in the rollout's batch (``meta_info["global_steps"]``): the
 rollout manager keeps the iteration's rollout under it, and the trainer's hooks ask for the rollout of their iteration.
@@ -66,6 +69,12 @@ SEAMS: tuple[Seam, ...] = (
         "nested_tensor_from_tensor_list(",
         "cuts mini-batches through the module's nested_tensor_from_tensor_list, which loses the ragged dimension of "
         "[4, L] position ids under torch 2.13: runs with images swap it (verlog/trainer/nested_rows.py)",
+    ),
+    Seam(
+        "verl.models.transformers.qwen2_vl:qwen2_vl_base_forward",
+        "_get_input_embeds(",
+        "Qwen2-VL's forward builds its embeddings through the module's _get_input_embeds, whose branch for a "
+        "micro-batch without images fails under transformers 5: a VLM's runs wrap it (verlog/trainer/vlm_text_rows.py)",
     ),
     Seam("verl.trainer.ppo.ray_trainer:compute_advantage", None, "swapped for verlog's advantage during fit"),
     Seam(_FIT, "compute_advantage(", "fit calls the module's compute_advantage, which verlog swaps"),

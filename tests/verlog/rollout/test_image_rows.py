@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from verlog.models.vision import IMAGE_PAD, ImageTokenCounter, expand_image_pads, load_tiny_vlm_processor
+from verlog.models.vision import (
+    IMAGE_PAD,
+    ImageTokenCounter,
+    expand_image_pads,
+    fold_image_pads,
+    load_tiny_vlm_processor,
+    multimodal_rows,
+    placeholder_token_ids,
+    prefix_sharing_off_reason,
+    rollout_processor,
+)
 from verlog.prompting.memory import SlidingMemory
 from verlog.rollout.manager import make_env_pool
 from verlog.rollout.stepper import CallbackPolicy, EpisodeStepper, PolicyInput
@@ -56,6 +66,31 @@ def test_expand_image_pads_refuses_counts_that_do_not_pair_up() -> None:
     assert expand_image_pads([1, 9, 2, 9], 9, [2, 3]) == [1, 9, 9, 2, 9, 9, 9]
     with pytest.raises(ValueError, match="2 image placeholders for 1 images"):
         expand_image_pads([1, 9, 2, 9], 9, [2])
+
+
+def test_folding_the_rows_prompts_gives_the_chat_templates_ids(processor, played) -> None:
+    """What a standalone vLLM engine is sent (``VllmEngineGenerator``): each expanded run folded back to the one
+    placeholder the chat template wrote, the token ids vLLM's processor expands again."""
+    rows, seen = played
+    placeholders = frozenset(placeholder_token_ids(processor.tokenizer))
+    assert len(placeholders) == 2  # <|image_pad|>, <|video_pad|>: never sampled
+    for turn, row in zip(seen, rows):
+        templated = processor.tokenizer(turn.prompt.text, add_special_tokens=False)["input_ids"]
+        assert fold_image_pads(row.prompt_ids, placeholders) == list(templated)
+    assert fold_image_pads([1, 9, 9, 2, 9, 3, 3], frozenset({9})) == [1, 9, 2, 9, 3, 3]
+
+
+def test_a_vlm_takes_the_vision_path_with_or_without_images(tiny_vlm: Path, tiny_model: Path) -> None:
+    """A VLM's rows carry 4-row positions even on text only (verl's Qwen2-VL forward reads them): the rollout gets
+    the processor and prefix sharing is off; a text model's run is unchanged."""
+    assert multimodal_rows(tiny_vlm, 0) and multimodal_rows(tiny_vlm, 1)
+    assert not multimodal_rows(tiny_model, 0)
+    assert rollout_processor(str(tiny_vlm), 0) is not None and rollout_processor(str(tiny_model), 0) is None
+    assert "a VLM's rows" in str(prefix_sharing_off_reason(tiny_vlm, 0, True))
+    assert "rows with images" in str(prefix_sharing_off_reason(tiny_vlm, 1, True))
+    assert (
+        prefix_sharing_off_reason(tiny_vlm, 1, False) is None and prefix_sharing_off_reason(tiny_model, 0, True) is None
+    )
 
 
 def test_vision_columns_match_verls_functions_and_the_models_own_positions(tiny_vlm, processor, played) -> None:

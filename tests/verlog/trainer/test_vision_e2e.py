@@ -8,12 +8,17 @@ at most, fp32); every row carried its frame into the actor's and the critic's up
 losses) with the frame's tokens in its prompt; the bootstrap prompts of the unfinished episodes carry their frames
 (the critic's value of a bootstrap prompt equals its value as an ordinary row, ``check/bootstrap_value_gap``).
 GRPO/GiGPO with images share everything here but the critic (unit tests: tests/verlog/rollout/test_image_rows.py).
+The in-training evaluation at the last iteration shows the frames too, and ``verlog eval --max-image-history 1`` on
+the run's checkpoint plays with them through a standalone vLLM engine.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +30,7 @@ from train_process import iteration_records, run_train
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 SLOTS, TURNS = 2, 3
+EVAL_EPISODES = 2
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +46,10 @@ def run(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         "rollout.max_response_tokens=8",
         "algorithm.critic_warmup=0",
         "iterations=2",
+        "evaluation.every=2",  # in-training evaluation with images, at the last iteration
+        "evaluation.before_train=false",
+        f"evaluation.episodes={EVAL_EPISODES}",
+        "tapes.eval_episodes=1",
         "hardware.n_gpus_per_node=1",
         f"hardware.ray.temp_dir={ray_dir}",
     ]
@@ -87,3 +97,30 @@ def test_images_reach_the_server_and_the_actor(run, tiny_vlm) -> None:
     assert len(tapes) >= SLOTS  # the taped episodes' turns, images or not
     assert undocumented({k for r in iterations for k in r if is_verlog_metric(k)}, documented_metrics()) == []
     print(f"vision e2e: 2 iterations in {elapsed:.0f} s; per iteration {[r.get('timing_s/step') for r in iterations]}")
+
+
+def _first_turn_shows_an_image(turn: dict) -> bool:
+    """Whether a tape's turn record had an image part in its prompt's user message."""
+    parts = [p for m in turn["prompt_messages"] if isinstance(m["content"], list) for p in m["content"]]
+    return any(p.get("type") == "image" for p in parts)
+
+
+def test_evaluation_with_images_in_training_and_from_the_checkpoint(run, tmp_path: Path) -> None:
+    out, _, _ = run
+    [last] = [r for r in iteration_records(out) if r["step"] == 2]
+    assert last["eval/episodes"] == EVAL_EPISODES and last["eval/generation_failures"] == 0, last
+    eval_tape = [json.loads(line) for line in (out / "tapes" / "eval.jsonl").read_text().splitlines()]
+    assert eval_tape and all(_first_turn_shows_an_image(t) for t in eval_tape)
+    # verlog eval on the run's checkpoint: its processor, vLLM's limit_mm_per_prompt, images as multi_modal_data
+    evals = tmp_path / "eval"
+    command = [sys.executable, "-m", "verlog", "eval", "--model", str(out), "--tasks", "babyai/goto", "--episodes",
+               "2", "--max-steps", "3", "--max-tokens", "8", "--max-prompt-tokens", "640", "--max-image-history", "1",
+               "--log-turns", "--quiet", "--out", str(evals)]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    summary = json.loads((evals / "summary.json").read_text())
+    assert summary["max_image_history"] == 1
+    turns = [json.loads(line) for line in (evals / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) >= 2 and all(_first_turn_shows_an_image(t) for t in turns)
+    first = [t for t in turns if t["turn"] == 0]
+    assert all(t["prompt_tokens"] > 18 for t in first)

@@ -91,6 +91,8 @@ class LearningResults:
             checks[f"valid actions after PPO >= {100 * t.valid_actions:.0f}%"] = (
                 dual.valid_action_rate >= t.valid_actions
             )
+        if t.success is not None:
+            checks[f"success after PPO >= {100 * t.success:.0f}%"] = dual.success.estimate >= t.success
         checks[f"PPO wall time <= {t.ppo_minutes:.0f} min"] = seconds is not None and seconds <= 60 * t.ppo_minutes
         return checks
 
