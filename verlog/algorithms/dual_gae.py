@@ -103,7 +103,7 @@ def dual_discount_gae(
         AdvantageInputError: bad shapes, dtypes, masks, discounts, ``next_row`` links or trace weights (the message
             names them).
     """
-    rows = _check_gae_inputs(token_rewards, values, response_mask, next_row, next_value, terminated)
+    rows = _link_rows(_check_token_inputs(token_rewards, values, response_mask), next_row, next_value, terminated)
     trace = None if trace_weights is None else _check_trace_weights(trace_weights, values.shape[0], values.device)
     discounts = {"token_gamma": token_gamma, "token_lam": token_lam, "step_gamma": step_gamma, "step_lam": step_lam}
     for name, x in discounts.items():
@@ -338,8 +338,8 @@ def _solve_linked_rows(
 
 
 @dataclass
-class _Rows:
-    """Validated GAE inputs: float32 ``[B, R]`` tensors, bool mask, per-row index tensors ``[B]``."""
+class _Tokens:
+    """Validated token inputs of GAE: float32 ``[B, R]`` tensors, bool mask, each row's response positions."""
 
     rewards: torch.Tensor
     values: torch.Tensor
@@ -349,6 +349,12 @@ class _Rows:
     lengths: torch.Tensor  # response tokens per row (long)
     first_pos: torch.Tensor  # first response position, -1 for a row without tokens
     last_pos: torch.Tensor  # last response position, -1 for a row without tokens
+
+
+@dataclass
+class _Rows(_Tokens):
+    """Validated GAE inputs: the token inputs (:class:`_Tokens`) and the per-row tensors ``[B]`` that link turns."""
+
     next_row: torch.Tensor
     next_value: torch.Tensor
     terminated: torch.Tensor
@@ -373,15 +379,8 @@ def _check_mask(response_mask: torch.Tensor, shape: torch.Size) -> tuple[torch.T
     return maskf.bool(), maskf
 
 
-def _check_gae_inputs(
-    token_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    next_row: _RowInput,
-    next_value: _RowInput,
-    terminated: _RowInput,
-) -> _Rows:
-    """Validate and convert the inputs of :func:`dual_discount_gae` (checks cost a few passes over [B, R])."""
+def _check_token_inputs(token_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor) -> _Tokens:
+    """Validate and convert the ``[B, R]`` inputs of :func:`dual_discount_gae` (checks cost a few passes over them)."""
     if values.dim() != 2:
         raise AdvantageInputError(f"values must have shape [B, R], got {list(values.shape)}")
     if token_rewards.shape != values.shape:
@@ -427,6 +426,12 @@ def _check_gae_inputs(
         lengths = mask.sum(1)
         first_pos = torch.where(lengths > 0, mask.to(torch.int8).argmax(1), -1)
         last_pos = torch.where(lengths > 0, width - 1 - mask.flip(1).to(torch.int8).argmax(1), -1)
+    return _Tokens(rewards, vals, mask, maskf, contiguous, lengths, first_pos, last_pos)
+
+
+def _link_rows(tokens: _Tokens, next_row: _RowInput, next_value: _RowInput, terminated: _RowInput) -> _Rows:
+    """The checked token inputs with the per-row inputs of :func:`dual_discount_gae`, validated and converted."""
+    batch, device = tokens.values.shape[0], tokens.values.device
     nxt = _as_row_tensor(next_row, "next_row", batch, device)
     if nxt.is_floating_point() or nxt.dtype == torch.bool:
         raise AdvantageInputError(f"next_row must be an integer tensor (row index or -1), got {nxt.dtype}")
@@ -434,8 +439,8 @@ def _check_gae_inputs(
     boot = _as_row_tensor(next_value, "next_value", batch, device).to(torch.float32)
     term = _as_row_tensor(terminated, "terminated", batch, device).bool()
     if batch:
-        _check_links(nxt, term, boot, lengths)
-    return _Rows(rewards, vals, mask, maskf, contiguous, lengths, first_pos, last_pos, nxt, boot, term)
+        _check_links(nxt, term, boot, tokens.lengths)
+    return _Rows(**vars(tokens), next_row=nxt, next_value=boot, terminated=term)
 
 
 def _check_trace_weights(trace_weights: _RowInput, batch: int, device: torch.device) -> torch.Tensor:
