@@ -197,6 +197,10 @@ def load_model(
     else:
         from vllm import LLM
 
+        if is_vision_model(folder):  # vLLM's Qwen2-VL module and processor without torchvision (patches 9 and 10)
+            from verlog.platform.cpu import apply_vision_shims
+
+            apply_vision_shims()
         kwargs = vllm_engine_kwargs(
             folder, chosen, max_model_len, seed, on_gpu, gpu_memory_utilization, images_per_prompt
         )

