@@ -389,10 +389,10 @@ _GROUP_ESTIMATOR: dict[str, Any] = {
     "needs_critic": False,
     "grouping": Grouping.GROUPS,
     "checks": group_rollout_problems,
-    "tapes": False,
+    "tapes": True,
 }
-"""What every group estimator declares: no critic, group rollouts (checked), no tapes (as before the registry: the
-trainer taped dual_gae's rows only)."""
+"""What every group estimator declares: no critic, group rollouts (checked), and tapes like dual GAE's (their turns
+with ``value`` None: there is no critic)."""
 
 
 @register_estimator("grpo", metrics=GROUP_METRICS, **_GROUP_ESTIMATOR)

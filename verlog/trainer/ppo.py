@@ -177,12 +177,19 @@ class VerlogPPOTrainer(RunState, ModelPasses):
         return get_async_mode(self.settings.rollout.async_mode)
 
     def _build_tapes(self) -> Any:
+        """The run's training tapes; a run with images stores each taped turn's frame (the viewer shows it beside
+        the turn) whatever ``tapes.frames`` says: the rollout holds the frames already."""
+        import dataclasses
+
         from verlog.tapes.recorders import TrainingTapes
 
         settings = self.settings
+        tapes = settings.tapes
+        if settings.memory.max_image_history > 0 and not tapes.frames:
+            tapes = dataclasses.replace(tapes, frames=True)
         return TrainingTapes(
             settings.output_dir,
-            settings.tapes,
+            tapes,
             self.tokenizer,
             env_id=str(settings.env.id),
             parse_mode=str(settings.env.kwargs.get("parse_mode", "strict")),

@@ -26,7 +26,7 @@ def test_the_three_entries_and_what_they_declare():
     dual, grpo, gigpo = (get_estimator(n) for n in ("dual_gae", "grpo", "gigpo"))
     assert dual.needs_critic and dual.grouping is Grouping.SLOTS and dual.tapes
     for entry in (grpo, gigpo):
-        assert not entry.needs_critic and entry.grouping is Grouping.GROUPS and not entry.tapes
+        assert not entry.needs_critic and entry.grouping is Grouping.GROUPS and entry.tapes
         assert entry.checks is estimators.group_rollout_problems
     assert dual.checks is estimators.slot_rollout_problems
     assert set(grpo.metrics) < set(gigpo.metrics) and "adv/anchor_groups" in gigpo.metrics

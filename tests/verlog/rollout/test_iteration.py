@@ -95,3 +95,31 @@ def test_group_estimators_need_group_rows(tokenizer):
     rows = rows_of_batch(batch, batch.to_tensors(tokenizer.pad_token_id, 512, 16))
     with pytest.raises(VerlogError, match="needs group rollouts"):
         estimate_advantages(rows, AlgorithmConfig(estimator="grpo"), "toy/delayed")
+
+
+def test_a_group_estimators_iteration_is_taped_without_values(tokenizer, tmp_path):
+    """GRPO's rows are taped as dual GAE's are (a run of a group estimator used to write no tapes): every turn of
+    the sampled episodes, its advantage set and no value (no critic)."""
+    pool = make_env_pool("toy/delayed", 4, env_kwargs={"length": 2, "max_steps": 2}, seed=1)
+    rollout = RolloutManager(
+        pool, tokenizer, HashGenerator(tokenizer), SamplingConfig(max_tokens=16), max_prompt_tokens=512, seed=2,
+        group_size=2,
+    )  # fmt: skip
+    tapes = TrainingTapes(tmp_path, TapesConfig(episodes_per_iteration=2), tokenizer, env_id="toy/delayed")
+    try:
+        done = run_iteration(
+            rollout,
+            2,
+            1,
+            algorithm=AlgorithmConfig(estimator="grpo"),
+            env_id="toy/delayed",
+            max_prompt_tokens=512,
+            max_response_tokens=16,
+            output_dir=tmp_path,
+            tapes=tapes,
+        )
+    finally:
+        pool.close()
+    turns = [json.loads(line) for line in tapes.path.read_text().splitlines()]
+    assert done.taped_turns == len(turns) == tapes.turns_written > 0
+    assert all(t["value"] is None and t["advantage"] is not None for t in turns)

@@ -93,8 +93,9 @@ def test_images_reach_the_server_and_the_actor(run, tiny_vlm) -> None:
     assert gaps and gaps[0] < 1e-3, gaps  # bootstrap prompts with their frames: the critic's values of ordinary rows
     assert "hardware.prefix_sharing is off for this run: rows with images" in log
     assert "writing the tapes of iteration" not in log, log[-3000:]
-    tapes = (out / "tapes" / "train.jsonl").read_text().splitlines()
+    tapes = [json.loads(line) for line in (out / "tapes" / "train.jsonl").read_text().splitlines()]
     assert len(tapes) >= SLOTS  # the taped episodes' turns, images or not
+    assert all(t.get("frame") for t in tapes)  # a run with images tapes each turn's frame (the viewer shows it)
     assert undocumented({k for r in iterations for k in r if is_verlog_metric(k)}, documented_metrics()) == []
     print(f"vision e2e: 2 iterations in {elapsed:.0f} s; per iteration {[r.get('timing_s/step') for r in iterations]}")
 

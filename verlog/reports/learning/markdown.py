@@ -18,7 +18,12 @@ def _minutes(seconds: float | None) -> str:
     return "not run" if seconds is None else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
 
 
-RECIPES = {"babyai": "learn_babyai.sh", "babaisai": "learn_babaisai.sh", "crafter": "learn_crafter.sh"}
+RECIPES = {
+    "babyai": "learn_babyai.sh",
+    "babaisai": "learn_babaisai.sh",
+    "crafter": "learn_crafter.sh",
+    "toy": "learn_visual.sh",
+}
 
 
 def render_markdown(results: LearningResults, png_name: str | None = None) -> str:
