@@ -76,6 +76,8 @@ TABLE: list[tuple[str, list[str], str]] = [
                               "--max-prompt-tokens", "99"], "--max-prompt-tokens with --endpoint needs --tokenizer"),
     ("eval-endpoint-down", [*EVAL[:1], *EVAL[3:], "--endpoint", "http://127.0.0.1:9", "--served-model", "m"],
      "--endpoint http://127.0.0.1:9/v1 does not answer ("),
+    ("eval-run-no-config", ["eval", "--run", "evals", "--out", "evals/new"], "--run: evals has no config.yaml"),
+    ("eval-no-tasks", ["eval", "--model", "models/ok", "--out", "evals/new"], "give the tasks to evaluate"),
     ("eval-images-text-model", [*EVAL, "--max-image-history", "1"], "models/ok is a text-only model"),
     ("eval-images-no-env", [*EVAL[:2], "models/vlm", "--tasks", "toy/delayed", *EVAL[5:], "--max-image-history", "1"],
      "env 'toy/delayed' draws no images"),

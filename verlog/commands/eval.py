@@ -46,9 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(or --endpoint instead)",
     )
     parser.add_argument(
+        "--run",
+        default=None,
+        help="a training run's folder (verlog train's output_dir): evaluate its latest checkpoint with the settings it "
+        "trained with (env id and kwargs, memory, answer format, image history, token budgets, its evaluation's "
+        "temperature and top-p); options given here win",
+    )
+    parser.add_argument(
         "--tasks",
-        required=True,
-        help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai)",
+        default=None,
+        help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai); "
+        "required unless --run gives it",
     )
     parser.add_argument(
         "--episodes", type=int_at_least(1), default=None, help=f"episodes per task (default {EPISODES}, BALROG's)"
@@ -110,6 +118,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_endpoint_arguments(parser)
     add_import_argument(parser)
+    # None = not given: --run's settings, else the command's defaults, fill them in (_fill_settings)
+    parser.set_defaults(**dict.fromkeys(_command_defaults()))
+
+
+def _command_defaults() -> dict[str, Any]:
+    """The defaults of the options a run folder can give (``--run``); ``--max-prompt-tokens`` has its own rule
+    (:func:`_check_source`). The memory's are training's (:class:`verlog.prompting.memory.MemoryConfig`)."""
+    from verlog.prompting.memory import MemoryConfig
+
+    memory = MemoryConfig()
+    return {
+        "env_kwargs": "{}",
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 512,
+        "memory_n": memory.n,
+        "keep_reasoning_turns": memory.keep_reasoning_turns,
+        "answer_format": "cot",
+        "max_image_history": 0,
+    }
+
+
+def _fill_settings(args: argparse.Namespace) -> None:
+    """Each option not given on the command line from ``--run``'s training settings, else its default; ``--model``
+    is the run folder unless ``--model`` or ``--endpoint`` names another."""
+    if args.run is not None:
+        from verlog.eval.from_run import RunSettingsError, eval_settings_of_run
+
+        try:
+            trained = eval_settings_of_run(args.run)
+        except RunSettingsError as exc:
+            raise UsageError(f"--run: {exc}") from None
+        if args.endpoint is not None and args.tokenizer is None:
+            trained.pop("max_prompt_tokens")  # an endpoint's prompts are counted only with --tokenizer
+        for name, value in trained.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        if args.model is None and args.endpoint is None:
+            args.model = args.run
+    for name, value in _command_defaults().items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.tasks is None:
+        raise UsageError("give the tasks to evaluate: --tasks ENV_ID[,ENV_ID...], or --run RUN_DIR (its env id)")
 
 
 def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     from verlog.prompting.sampling import SamplingConfig
 
     import_user_modules(args.imports)
+    _fill_settings(args)
     env_kwargs = json_object("--env-kwargs", args.env_kwargs)
     if args.seeds is not None and (args.episodes is not None or args.seed_start is not None):
         given = "--episodes" if args.episodes is not None else "--seed-start"

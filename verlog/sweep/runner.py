@@ -13,7 +13,6 @@ result.json says it finished or was stopped).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -21,7 +20,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verlog.config.schema import TrainConfig
 from verlog.sweep.checks import CheckedTrial
 from verlog.sweep.folder import SweepFolder, read_json, write_json
 from verlog.sweep.space import EvalSettings, Scheduler, SearchSpace, Trial, describe_params
@@ -31,22 +29,16 @@ TUNE_OBJECT_STORE_BYTES = 200 * 1024**2
 """Tune's Ray keeps only its own small state in the object store (verl's cluster has its own)."""
 
 
-def eval_arguments(cfg: TrainConfig, settings: EvalSettings, out_dir: str, imports: Sequence[str]) -> tuple[str, ...]:
-    """``verlog eval``'s options for a trial's trained model: ``settings``' episodes and seeds, and the trial's env,
-    env kwargs, memory, answer format, token budgets and the in-training evaluation's temperature (unless
-    ``settings`` gives one)."""
-    temperature = cfg.evaluation.temperature if settings.temperature is None else settings.temperature
+def eval_arguments(run_dir: str, settings: EvalSettings, out_dir: str, imports: Sequence[str]) -> tuple[str, ...]:
+    """``verlog eval``'s options for a trial's trained model: ``--run`` its folder (its last checkpoint, evaluated
+    with the settings it trained with: ``verlog.eval.from_run``), ``settings``' episodes and seeds, and its
+    temperature where it gives one (else the in-training evaluation's)."""
+    temperature = () if settings.temperature is None else ("--temperature", str(settings.temperature))
     args = [
-        "--tasks", cfg.env.id,
+        "--run", run_dir,
         "--episodes", str(settings.episodes),
         "--seed-start", str(settings.seed_start),
-        "--env-kwargs", json.dumps(dict(cfg.env.kwargs)),
-        "--temperature", str(temperature),
-        "--max-tokens", str(cfg.rollout.max_response_tokens),
-        "--max-prompt-tokens", str(cfg.rollout.max_prompt_tokens),
-        "--memory-n", str(cfg.memory.n),
-        "--keep-reasoning-turns", str(cfg.memory.keep_reasoning_turns),
-        "--answer-format", cfg.memory.answer_format,
+        *temperature,
         "--resume",
         "--out", out_dir,
     ]  # fmt: skip
@@ -67,7 +59,7 @@ def build_jobs(
             train_args=c.train_args,  # the arguments whose composition the checks typed (c.config)
             eval_args=None
             if settings is None
-            else eval_arguments(c.config, settings, str(trial_dir / "eval"), space.imports),
+            else eval_arguments(str(trial_dir), settings, str(trial_dir / "eval"), space.imports),
             objective=space.objective.metric,
             scheduler_metric=space.scheduler.metric if space.scheduler is not None else None,
             cwd=cwd,

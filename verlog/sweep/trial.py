@@ -82,10 +82,11 @@ def train_command(job: TrialJob) -> list[str]:
 
 
 def eval_command(job: TrialJob) -> list[str] | None:
-    """``python -m verlog eval`` of the trained model (its last checkpoint), or None without an eval: section."""
+    """``python -m verlog eval --run RUN_DIR`` of the trained model (its last checkpoint, with the settings it trained
+    with), or None without an eval: section."""
     if job.eval_args is None:
         return None
-    return [sys.executable, "-m", "verlog", "eval", "--model", str(RunFolder(job.run_dir).checkpoints), *job.eval_args]
+    return [sys.executable, "-m", "verlog", "eval", *job.eval_args]
 
 
 def reported(record: dict[str, Any], job: TrialJob) -> dict[str, Any] | None:

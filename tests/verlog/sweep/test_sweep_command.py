@@ -405,17 +405,28 @@ def test_the_documented_space_passes_the_dry_run(tmp_path: Path, capsys, monkeyp
 
 
 def test_the_eval_options_follow_the_trial_and_verlog_eval_takes_them(tmp_path: Path) -> None:
+    """A trial is evaluated with ``verlog eval --run``: the env, memory, budgets and temperature come from the
+    config its run saved (as verlog train saves it), the episodes and seeds from the eval: section."""
+    from omegaconf import OmegaConf
+
     from verlog.cli import build_parser
+    from verlog.commands.eval import _fill_settings
+    from verlog.run.folder import RunFolder
     from verlog.sweep.checks import check_trials
     from verlog.sweep.runner import eval_arguments
 
-    base = {**SPACE["base"], "evaluation.temperature": 0.5}
+    base = {**SPACE["base"], "evaluation.temperature": 0.5, "memory.max_image_history": 0}
     space = parse_space({**SPACE, "base": base, "eval": {"episodes": 6, "seed_start": 500, "args": ["--quiet"]}})
     trial = sample_trials(space)[0]
-    (checked,) = check_trials(space, [trial], {trial.id: tmp_path / "run"})
-    args = eval_arguments(checked.config, space.eval, str(tmp_path / "eval"), ["my_envs"])
-    parsed = build_parser().parse_args(["eval", "--model", str(tmp_path / "run" / "checkpoints"), *args])
-    assert (parsed.tasks, parsed.episodes, parsed.seed_start, parsed.out) == (
+    run = tmp_path / "run"
+    (checked,) = check_trials(space, [trial], {trial.id: run})
+    run.mkdir()
+    OmegaConf.save(OmegaConf.structured(checked.config), RunFolder(run).config)  # what verlog train saves
+    args = eval_arguments(str(run), space.eval, str(tmp_path / "eval"), ["my_envs"])
+    parsed = build_parser().parse_args(["eval", *args])
+    _fill_settings(parsed)
+    assert (parsed.model, parsed.tasks, parsed.episodes, parsed.seed_start, parsed.out) == (
+        str(run),
         "toy/delayed",
         6,
         500,
@@ -428,7 +439,12 @@ def test_the_eval_options_follow_the_trial_and_verlog_eval_takes_them(tmp_path: 
         cfg.rollout.max_prompt_tokens,
     )
     assert (parsed.memory_n, parsed.answer_format, parsed.temperature) == (cfg.memory.n, cfg.memory.answer_format, 0.5)
+    assert parsed.max_image_history == cfg.memory.max_image_history
     assert parsed.resume and parsed.quiet and parsed.imports == ["my_envs"]
+    # an option given on the command line wins over the run's
+    again = build_parser().parse_args(["eval", *args, "--temperature", "0.0", "--memory-n", "3"])
+    _fill_settings(again)
+    assert (again.temperature, again.memory_n, again.answer_format) == (0.0, 3, cfg.memory.answer_format)
 
 
 def test_a_trial_is_composed_as_verlog_train_composes_its_arguments(tmp_path: Path) -> None:
