@@ -80,7 +80,7 @@ TABLE: list[tuple[str, list[str], str]] = [
     ("eval-no-tasks", ["eval", "--model", "models/ok", "--out", "evals/new"], "give the tasks to evaluate"),
     ("eval-images-text-model", [*EVAL, "--max-image-history", "1"], "models/ok is a text-only model"),
     ("eval-images-no-env", [*EVAL[:2], "models/vlm", "--tasks", "toy/delayed", *EVAL[5:], "--max-image-history", "1"],
-     "env 'toy/delayed' draws no images"),
+     "--max-image-history: toy/delayed: the env draws no images"),
     ("eval-images-engine", [*EVAL[:2], "models/vlm", *EVAL[3:], "--max-image-history", "1", "--engine",
                             "transformers"], "--max-image-history with --engine transformers"),
     ("eval-images-processor", [*EVAL[:2], "models/vlm_noproc", *EVAL[3:], "--max-image-history", "1"],

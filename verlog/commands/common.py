@@ -234,6 +234,17 @@ def build_env(env_id: str, kwargs: dict[str, Any], origin: str, *, reset: bool =
         return registry.build_env(env_id, kwargs, origin, reset=reset, seed=seed)
 
 
+def build_env_with_images(env_id: str, kwargs: dict[str, Any], origin: str, label: str, fix: str, seed: int = 0) -> Any:
+    """``env_id`` built (and reset with ``seed``) drawing its images (``images=True``), or UsageError
+    ``LABEL: the env draws no images (its provides_images is False): FIX`` for an env without images."""
+    env = build_env(env_id, kwargs, origin, reset=False)
+    draws = bool(getattr(env, "provides_images", False))
+    env.close()
+    if not draws:
+        raise UsageError(f"{label}: the env draws no images (its provides_images is False): {fix}")
+    return build_env(env_id, {**kwargs, "images": True}, origin, seed=seed)
+
+
 # ------------------------------------------------------------------------------------------------ folders
 def check_output_folder(path: str | os.PathLike, option: str, *, force: bool, what: str) -> Path:
     """The folder ``path`` to write ``what`` into: refused when it is empty text, a file, under a file or not

@@ -21,6 +21,7 @@ from verlog.commands.common import (
     add_import_argument,
     add_memory_arguments,
     build_env,
+    build_env_with_images,
     float_in,
     import_user_modules,
     int_at_least,
@@ -574,15 +575,8 @@ def _build_task_env(task: str, kwargs: dict[str, Any], seed: int, images: bool) 
     none is a UsageError naming the fix)."""
     if not images:
         return build_env(task, kwargs, "--env-kwargs", seed=seed)
-    env = build_env(task, kwargs, "--env-kwargs", reset=False)
-    provides = bool(getattr(env, "provides_images", False))
-    env.close()
-    if not provides:
-        raise UsageError(
-            f"--max-image-history: env {task!r} draws no images (its provides_images is False): evaluate an env with "
-            "images (toy/visual, babyai, babaisai, crafter), or leave --max-image-history out"
-        )
-    return build_env(task, dict(kwargs, images=True), "--env-kwargs", seed=seed)
+    fix = "evaluate an env with images (toy/visual, babyai, babaisai, crafter), or leave --max-image-history out"
+    return build_env_with_images(task, kwargs, "--env-kwargs", f"--max-image-history: {task}", fix, seed=seed)
 
 
 def _check_budget(

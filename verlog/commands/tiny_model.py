@@ -18,6 +18,7 @@ from verlog.commands.common import (
     add_answer_format_argument,
     add_import_argument,
     build_env,
+    build_env_with_images,
     check_env_id,
     check_output_folder,
     float_in,
@@ -225,18 +226,14 @@ def _check_budget(tokenizer: Any, warm: Any, image_tokens: Any = None) -> None:
     from verlog.prompting.memory import MemoryConfig
 
     memory = MemoryConfig(warm.memory_n, warm.keep_reasoning_turns, warm.answer_format, warm.max_image_history)
-    env = build_env(warm.env_id, dict(warm.env_kwargs), "the warm start's env kwargs", seed=warm.seed)
+    origin = "the warm start's env kwargs"
     if warm.max_image_history > 0:
-        draws = bool(getattr(env, "provides_images", False))
-        env.close()
-        if not draws:
-            raise UsageError(
-                f"--warm-start {warm.env_id}: the env draws no images (its provides_images is False), and with "
-                "--vision the prompts show frames: use an env with images (babyai/*, crafter/default, babaisai/*, "
-                "toy/visual) or --max-image-history 0"
-            )
-        kwargs = {**warm.env_kwargs, "images": True}
-        env = build_env(warm.env_id, kwargs, "the warm start's env kwargs", seed=warm.seed)
+        fix = "with --vision the prompts show frames: use an env with images (babyai/*, crafter/default, babaisai/*, "
+        fix += "toy/visual) or --max-image-history 0"
+        label = f"--warm-start {warm.env_id}"
+        env = build_env_with_images(warm.env_id, dict(warm.env_kwargs), origin, label, fix, seed=warm.seed)
+    else:
+        env = build_env(warm.env_id, dict(warm.env_kwargs), origin, seed=warm.seed)
     try:
         problem = budget_problem(
             env,
