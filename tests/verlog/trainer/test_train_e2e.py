@@ -1,11 +1,19 @@
 """End to end: PPO through verl 0.9.1 on this CPU with verlog's rollout, dual GAE and checkpoints.
 
 One run of 3 iterations on babyai/goto (4 slots x 4 turns, actor and critic on 2 FSDP ranks, an env crash injected
-in iteration 2, evaluation inside training before iteration 1 and after iterations 2 and 3), then a second process
-resuming from the iteration-2 checkpoint (evaluating after its one iteration). Both share one tiny model. The
-first run's episodes (goto's 64-step limit) span all three iterations: the long-horizon tests check, from its tapes,
-one episode id, consecutive turns, the memory window across the boundaries, and advantages equal to the reference GAE
-over the whole episode given the logged values and bootstrap values.
+in iteration 2, evaluation inside training before iteration 1 and after iterations 2 and 3), on the tiny model.
+goto's step limit is set to 16 (env.kwargs.max_steps), above the 12 turns a slot takes in three iterations, so the
+run's episodes span all three iterations: the long-horizon tests check, from its tapes, one episode id, consecutive
+turns, the memory window across the boundaries, and advantages equal to the reference GAE over the whole episode given
+the logged values and bootstrap values. The evaluations (training's env kwargs) play episodes of at most 16 steps;
+with goto's own 64 the untrained model's evaluations ran to the limit and took 40 of run1's 51 s after start-up.
+
+A second process, resumed from the iteration-2 checkpoint, used to check the resumed run's own settings; its
+checks now ride on resumed runs that start anyway (one verl start-up less): a resume continues the checkpoint's env
+slots and episodes (test_kill_e2e.py, and test_async_e2e.py across async modes), ``algorithm.boundary=cut`` and
+``hardware.prefix_sharing=false`` (test_async_e2e.py's in_flight run, whose iteration 3 trains the very rows its
+bootstrapping source run trained), no evaluation of the checkpoint's step and ``--verbose`` (test_lora_e2e.py's
+resumed run).
 """
 
 from __future__ import annotations
@@ -19,21 +27,21 @@ from pathlib import Path
 import pytest
 from train_process import iteration_records, read_records, run_train, with_pythonpath  # beside this file
 
-# two training processes of 3-6 minutes each on an idle 2-core machine (much longer when the machine is shared)
+# one training process of 2-4 minutes on an idle 2-core machine (much longer when the machine is shared), then
+# verlog eval and verlog export on its checkpoints
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2700)]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 
 
-def _train(
-    out: Path, model: Path, *overrides: str, env: dict | None = None, flags: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess:
+def _train(out: Path, model: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_train(
         out,
         model,
         "env.id=crashy_env:make",
         "env.in_process=true",  # crashy_env counts the steps of its process: one process, so one crash, in iteration 2
+        f"+env.kwargs.max_steps={MAX_STEPS}",
         "iterations=3",
         "rollout.num_slots=4",
         "rollout.turns_per_slot=4",
@@ -50,11 +58,12 @@ def _train(
         *overrides,
         timeout=1200,
         env=with_pythonpath(HERE, env),  # crashy_env beside this file
-        flags=flags,
     )
 
 
 EVAL_EPISODES = 4
+MAX_STEPS = 16
+"""The env's step limit (goto's own is 64): above the 12 turns a slot takes in run1's three iterations."""
 EVAL_KEYS = ("success", "progression", "return", "valid_action_rate")
 
 
@@ -77,22 +86,11 @@ def runs(tiny_model, tmp_path_factory):
         trackers,
         env={"VERLOG_TEST_CRASH_AT_STEP": "22", "WANDB_MODE": "offline"},
     )
-    ckpt = base / "run1" / "checkpoints" / "global_step_2"
-    second = _train(
-        base / "run2",
-        tiny_model,
-        f"checkpoint.resume={ckpt}",
-        "algorithm.boundary=cut",  # the ablation's setting: the iteration boundary ends the return (no V(s_T))
-        "hardware.prefix_sharing=false",  # verl's per-row passes, the reference path, keep working
-        "evaluation.every=1",
-        f"evaluation.episodes={EVAL_EPISODES}",
-        flags=("--verbose",),  # everything on the terminal, as before the quiet console
-    )
-    return base, first, second
+    return base, first
 
 
 def test_three_iterations_losses_metrics_and_sync(runs):
-    base, proc, _ = runs
+    base, proc = runs
     metrics = iteration_records(base / "run1")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for m in metrics:
@@ -113,8 +111,8 @@ def test_three_iterations_losses_metrics_and_sync(runs):
 
 def test_the_console_shows_verlogs_lines_and_the_log_holds_the_rest(runs):
     """run1 ran with the quiet console (the default): a screen of verlog's own lines on the terminal, and Ray's
-    workers, vLLM and verl's console logger in logs/train.log; run2 ran with --verbose: all of it on the terminal."""
-    base, quiet, verbose = runs
+    workers, vLLM and verl's console logger in logs/train.log (--verbose: test_lora_e2e.py's resumed run)."""
+    base, quiet = runs
     metrics = iteration_records(base / "run1")
     lines = (quiet.stdout + quiet.stderr).splitlines()
     assert len(lines) <= 40, "\n".join(lines)
@@ -126,8 +124,6 @@ def test_the_console_shows_verlogs_lines_and_the_log_holds_the_rest(runs):
         line = next(x for x in lines if x.startswith(f"[verlog] iteration {k}/3 | "))
         assert "s/it" in line and "ETA" in line and line in log
         assert ("return " in line) == ("env/return_mean" in metrics[k - 1])  # when episodes ended
-    assert "pid=" in verbose.stdout + verbose.stderr and "critic/vf_loss" in verbose.stdout
-    assert not (base / "run2" / "logs").exists()
 
 
 def test_trackers_write_verlogs_and_verls_metrics_inside_the_run(runs):
@@ -136,7 +132,7 @@ def test_trackers_write_verlogs_and_verls_metrics_inside_the_run(runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from trackers_read import wandb_history
 
-    base, proc, _ = runs
+    base, proc = runs
     records = {r["step"]: r for r in read_records(base / "run1" / "metrics.jsonl")}
     keys = ("env/return_mean", "critic/vf_loss", "check/prefix_sharing_log_probs_gap", "eval/success")
     events = EventAccumulator(str(base / "run1" / "tensorboard"))
@@ -158,7 +154,7 @@ def test_trackers_write_verlogs_and_verls_metrics_inside_the_run(runs):
 def test_eval_takes_the_run_folder(runs, tmp_path):
     """``verlog eval --model RUN_DIR``: the latest complete checkpoint's actor, its FSDP shards merged on demand into
     a Hugging Face folder; the console fits a screen (vLLM's lines in OUT/logs/eval.log)."""
-    base, _, _ = runs
+    base, _ = runs
     run = base / "run1"
     out = tmp_path / "eval"
     args = [sys.executable, "-m", "verlog", "eval", "--model", str(run), "--tasks", "babyai/goto", "--episodes", "2"]
@@ -175,29 +171,26 @@ def test_eval_takes_the_run_folder(runs, tmp_path):
 
 
 def test_prefix_sharing_is_checked_against_verls_path(runs):
-    """run1 shares prefixes (the default): its first iteration computed one micro-batch per rank both ways; run2
-    (hardware.prefix_sharing=false) trained on verl's per-row passes and logs no prefix/ metrics."""
-    base, _, _ = runs
+    """run1 shares prefixes (the default): its first iteration computed one micro-batch per rank both ways (a run on
+    verl's per-row passes, hardware.prefix_sharing=false: test_async_e2e.py's in_flight run)."""
+    base, _ = runs
     metrics = iteration_records(base / "run1")
     for key in ("check/prefix_sharing_log_probs_gap", "check/prefix_sharing_values_gap"):
         assert key in metrics[0] and all(key not in m for m in metrics[1:]), key
         assert metrics[0][key] < 1e-4, (key, metrics[0][key])  # fp32: float noise (about 1e-6)
     for m in metrics:
         assert m["prefix/rows_per_group"] > 1.0 and m["prefix/computed_token_share"] < 1.0
-    resumed = iteration_records(base / "run2")
-    assert resumed and all(not any(k.startswith(("prefix/", "check/prefix")) for k in m) for m in resumed)
-    assert all(math.isfinite(m["actor/pg_loss"]) for m in resumed)
 
 
 def test_logged_metrics_match_docs_metrics_md(runs):
     from metrics_doc import documented_metrics, is_verlog_metric, undocumented
 
-    base, _, _ = runs
+    base, _ = runs
     records = read_records(base / "run1" / "metrics.jsonl")
     logged = {k for r in records for k in r if is_verlog_metric(k)}
     doc = documented_metrics()
     assert not undocumented(logged, doc), f"logged but not in docs/metrics.md: {undocumented(logged, doc)}"
-    # this run: dual GAE, an evaluation every 2 iterations, episodes ending (goto's 64-step limit is never reached in
+    # this run: dual GAE, an evaluation every 2 iterations, episodes ending (the 16-step limit is never reached in
     # 3 x 4 turns, but the injected crash cuts an episode)
     expected = {
         k for k, when in doc.items() if when in ("always", "dual_gae", "evaluation", "episodes", "prefix_sharing")
@@ -210,11 +203,13 @@ def _check_eval(record: dict) -> None:
     for key in EVAL_KEYS:
         assert math.isfinite(record[f"eval/{key}"]) and record[f"eval/{key}_se"] >= 0, key
     assert 0 <= record["eval/success"] <= 1 and 0 <= record["eval/valid_action_rate"] <= 1
-    assert 1 <= record["eval/length"] <= 64  # goto's step limit
+    assert 1 <= record["eval/length"] <= MAX_STEPS  # the env's step limit: training's env kwargs reached it
 
 
 def test_evaluation_inside_training(runs):
-    base, proc, second = runs
+    """Before training and every 2 iterations (a resumed run does not evaluate its checkpoint's step:
+    test_lora_e2e.py's resumed run)."""
+    base, proc = runs
     records = read_records(base / "run1" / "metrics.jsonl")
     assert [m["step"] for m in records] == [0, 1, 2, 3]
     # before training: the starting model, a record of its own at step 0
@@ -231,33 +226,26 @@ def test_evaluation_inside_training(runs):
     assert [(e["iteration"], e["seed"]) for e in episodes] == [(k, s) for k in (0, 2, 3) for s in held_out]
     trained = {s for r in read_records(base / "run1" / "rollout.jsonl") for s in r["episode_seeds"].values()}
     assert trained and not trained & set(held_out)
-    # a resumed run does not evaluate its checkpoint's step again (the saving run logged that step)
-    resumed = read_records(base / "run2" / "metrics.jsonl")
-    assert [m["step"] for m in resumed] == [3]
-    _check_eval(resumed[0])
-    assert "[verlog] eval at iteration 2" not in second.stdout and "[verlog] eval at iteration 3: " in second.stdout
 
 
 def test_env_crash_does_not_stop_training(runs):
-    base, _, _ = runs
+    base, _ = runs
     metrics = iteration_records(base / "run1")
     assert sum(m["rollout/env_errors"] for m in metrics) == 1
 
 
-def test_resume_continues_the_same_episodes(runs):
-    base, _, proc = runs
+def test_checkpoints_hold_the_env_slots_and_episodes_keep_their_seeds(runs):
+    """The checkpoint holds the rollout's state (a resumed run continues its episodes: test_kill_e2e.py), and the
+    episodes going on at the iteration boundary carry over."""
+    base, _ = runs
     assert (base / "run1" / "checkpoints" / "global_step_2" / "verlog_rollout.pkl").exists()
     first = {r["step"]: r for r in read_records(base / "run1" / "rollout.jsonl")}
-    resumed = {r["step"]: r for r in read_records(base / "run2" / "rollout.jsonl")}
-    assert list(resumed) == [3]
-    assert resumed[3]["start_episodes"] == first[3]["start_episodes"]
     assert all(turn > 0 for _, turn in first[3]["start_episodes"])
     # every finished episode is logged with the env seed it was reset with (checkable against evaluation seeds)
     finished = [e for r in first.values() for e in r["finished_episodes"]]
     assert finished and all(isinstance(e["seed"], int) for e in finished)
     seeds = {eid: seed for r in first.values() for eid, seed in r["episode_seeds"].items()}
     assert all(seeds[e["id"]] == e["seed"] for e in finished) and all(isinstance(s, int) for s in seeds.values())
-    assert "[verlog] resumed 4 env slots" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------ long horizon
@@ -266,7 +254,7 @@ def test_every_row_is_linked_bootstrapped_or_ended(runs):
     rows (the episode goes on past the batch: V(s_T)) and rows that end their episode, as the tapes record them."""
     from verlog.tapes.record import read_turn_logs
 
-    base, _, _ = runs
+    base, _ = runs
     tapes = read_turn_logs(base / "run1" / "tapes" / "train.jsonl")
     metrics = iteration_records(base / "run1")
     for m in metrics:
@@ -289,7 +277,7 @@ def test_an_episode_across_three_iterations(runs):
     from verlog.config.schema import TrainConfig
     from verlog.tapes.record import group_episodes, read_turn_logs
 
-    base, _, _ = runs
+    base, _ = runs
     episodes = group_episodes(read_turn_logs(base / "run1" / "tapes" / "train.jsonl"))
     spanning = {eid: turns for eid, turns in episodes.items() if {r.iteration for r in turns} == {1, 2, 3}}
     assert spanning, "no episode ran through all three iterations"
@@ -330,20 +318,18 @@ def test_an_episode_across_three_iterations(runs):
         np.testing.assert_allclose(adv[:, 0], [r.advantage_raw for r in turns], rtol=1e-4, atol=1e-4)
 
 
-def test_boundary_cut_ends_the_return_at_the_iteration_boundary(runs):
-    """algorithm.boundary=cut (the resumed run): rows whose episode goes on past the batch get V_next = 0, where the
-    bootstrapping run's same iteration had the critic's values."""
-    base, _, _ = runs
-    (cut,) = iteration_records(base / "run2")
-    assert cut["adv/bootstrap_rows"] > 0 and cut["adv/next_value_mean"] == 0.0
+def test_boundary_rows_get_the_critics_values(runs):
+    """algorithm.boundary=bootstrap (the default): rows whose episode goes on past the batch get the critic's V(s_T)
+    (boundary=cut's zeros: test_async_e2e.py's in_flight run)."""
+    base, _ = runs
     bootstrapped = iteration_records(base / "run1")
-    assert all(m["adv/next_value_mean"] != 0.0 for m in bootstrapped)
+    assert all(m["adv/bootstrap_rows"] > 0 and m["adv/next_value_mean"] != 0.0 for m in bootstrapped)
 
 
 def test_bootstrap_values_equal_an_ordinary_critic_call(runs):
     """The bootstrap values V(s_T) (prompt-only rows) equal the critic's value of the same prompt laid out as an
     ordinary row with a response: the trainer checks it once a run and logs the largest gap."""
-    base, _, _ = runs
+    base, _ = runs
     metrics = iteration_records(base / "run1")
     gaps = [m["check/bootstrap_value_gap"] for m in metrics if "check/bootstrap_value_gap" in m]
     assert len(gaps) == 1 and "check/bootstrap_value_gap" in metrics[0]  # the first iteration bootstraps
@@ -363,7 +349,7 @@ def _export_checks():
 @pytest.fixture(scope="module")
 def exported(runs, tmp_path_factory):
     """``verlog export RUN_DIR``: run1's latest checkpoint (iteration 3) as a Hugging Face folder."""
-    base, _, _ = runs
+    base, _ = runs
     out = tmp_path_factory.mktemp("export") / "policy"
     args = [sys.executable, "-m", "verlog", "export", str(base / "run1"), "--out", str(out)]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -380,7 +366,7 @@ def test_export_gives_the_checkpoints_log_probs(runs, exported, tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     checks = _export_checks()
-    base, _, _ = runs
+    base, _ = runs
     out, proc = exported
     actor = base / "run1" / "checkpoints" / "global_step_3" / "actor"
     lines = (proc.stdout + proc.stderr).splitlines()
@@ -417,7 +403,7 @@ def test_export_of_an_earlier_step(runs, tmp_path):
     from verlog.cli import main
 
     checks = _export_checks()
-    base, _, _ = runs
+    base, _ = runs
     out = tmp_path / "step2"
     assert main(["export", str(base / "run1"), "--step", "2", "--out", str(out)]) == 0
     assert json.loads((out / "verlog_export.json").read_text())["step"] == 2
