@@ -1,7 +1,8 @@
 """``verlog eval --endpoint``: vLLM's own OpenAI-compatible server on 127.0.0.1 with the tiny model and an API key
-(issue 36). The endpoint plays the local vLLM engine's episodes at temperature 0; a wrong served model name and a
-wrong key are refused in one line (exit 2); a server killed mid-run stops the evaluation (exit 1) and ``--resume``
-finishes it against the restarted server. One server for the module (restarted once, by the last test)."""
+(issue 36). The endpoint plays the local vLLM engine's episodes at temperature 0 (the local evaluation is
+vllm_eval_run.py's, shared with test_eval_command.py); a wrong served model name and a wrong key are refused in one
+line (exit 2); a server killed mid-run stops the evaluation (exit 1) and ``--resume`` finishes it against the
+restarted server. One server for the module (restarted once, by the last test)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_eval_run import PROTOCOL  # beside this file
 
 from verlog.cli import main
 from verlog.eval.report import read_episode_records
@@ -27,8 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 KEY = "sk-verlog-e2e-4f1c9a7d2b"
 KEY_ENV = "VERLOG_E2E_ENDPOINT_KEY"
 SERVED = "tiny-served"
-PROTOCOL = ["--tasks", "babyai/goto,babyai/pickup", "--episodes", "2", "--seed-start", "100", "--temperature", "0"]
-PROTOCOL += ["--max-tokens", "12", "--max-steps", "3", "--log-turns", "--bootstrap-resamples", "200"]
 
 
 class Server:
@@ -98,14 +98,17 @@ def _turns(out: Path) -> dict[tuple[str, int], list[tuple]]:
     return episodes
 
 
-def test_endpoint_plays_the_local_engines_episodes(server: Server, tiny_model: Path, tmp_path: Path) -> None:
+def test_endpoint_plays_the_local_engines_episodes(
+    server: Server, tiny_model: Path, tmp_path: Path, vllm_eval_of_tiny_model
+) -> None:
     """Temperature 0, the same seeds: the same responses, actions, returns and token counts as the local vLLM
-    engine, and the key in no file of the evaluation nor on its console."""
-    served, local = tmp_path / "served", tmp_path / "local"
+    engine (vllm_eval_run.py's evaluation of the same weights), and the key in no file of the evaluation nor on its
+    console."""
+    served = tmp_path / "served"
     proc = _verlog(*_endpoint(server, served, "--tokenizer", str(tiny_model)), *PROTOCOL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"model {SERVED} at {server.url}" in proc.stdout and "overall (BALROG" in proc.stdout
-    ref = _verlog("--model", str(tiny_model), "--engine", "vllm", "--out", str(local), *PROTOCOL)
+    local, ref = vllm_eval_of_tiny_model
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
 
     def outcome(out: Path) -> dict:

@@ -141,18 +141,10 @@ def test_model_path_resolves_verl_checkpoint_layouts(tiny_model: Path, tmp_path:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_eval_vllm_writes_summary(tiny_model: Path, tmp_path: Path) -> None:
-    out = tmp_path / "eval"
-    # a verl-checkpoint layout, as `verlog train` writes it
-    run = tmp_path / "run"
-    shutil.copytree(tiny_model, run / "global_step_1" / "actor" / "huggingface")
-    (run / "latest_checkpointed_iteration.txt").write_text("1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "verlog", *_args(run, out, "vllm")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+def test_eval_vllm_writes_summary(vllm_eval_of_tiny_model) -> None:
+    """vllm_eval_run.py's evaluation (shared with test_endpoint_e2e.py): the tiny model in a verl-checkpoint layout,
+    as `verlog train` writes it, and this module's protocol (_args) at temperature 0."""
+    out, proc = vllm_eval_of_tiny_model
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "overall (BALROG" in proc.stdout
     summary = _check_summary(out, "vllm", steps=3)
