@@ -311,16 +311,28 @@ class SlidingMemory:
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state of the episode (the wording in ``template`` is configuration, not state)."""
+        """JSON-serialisable state of the episode (the wording in ``template`` is configuration, not state). With
+        images, the ones a later prompt can still show (the current observation's and the newest
+        ``max_image_history - 1`` past turns') are kept too, as ``{"shape", "base64"}`` of their raw uint8 pixels."""
+        shown_past = max(self.max_image_history - 1, 0)
+        history = []
+        for age, t in enumerate(reversed(self._history), start=1):
+            turn = {"long_term": t.long_term, "response": t.response, "action": t.action}
+            if t.image is not None and age <= shown_past:
+                turn["image"] = _image_state(t.image)
+            history.append(turn)
+        current = None
+        if self._current is not None:
+            current = {"long_term": self._current[0], "short_term": self._current[1]}
+            if self._current_image is not None:
+                current["image"] = _image_state(self._current_image)
         return {
             "format": STATE_FORMAT,
             "n": self.n,
             "keep_reasoning_turns": self.keep_reasoning_turns,
             "instruction": self._instruction,
-            "history": [{"long_term": t.long_term, "response": t.response, "action": t.action} for t in self._history],
-            "current": None
-            if self._current is None
-            else {"long_term": self._current[0], "short_term": self._current[1]},
+            "history": history[::-1],
+            "current": current,
             "recorded": None
             if self._recorded is None
             else {"response": self._recorded[0], "action": self._recorded[1]},
@@ -333,16 +345,32 @@ class SlidingMemory:
             found = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"not a SlidingMemory state (format {found!r}, expected {STATE_FORMAT!r})")
         try:
-            history = [Turn(h["long_term"], h["response"], h["action"]) for h in state["history"]]
+            history = [
+                Turn(h["long_term"], h["response"], h["action"], self._loaded_image(h.get("image")))
+                for h in state["history"]
+            ]
             current = state["current"]
             recorded = state["recorded"]
             self._instruction = state["instruction"]
             self._current = None if current is None else (current["long_term"], current["short_term"])
+            self._current_image = None if current is None else self._loaded_image(current.get("image"))
             self._recorded = None if recorded is None else (recorded["response"], recorded["action"])
             self._turn_index = int(state["turn_index"])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"SlidingMemory state is missing or has a malformed field: {exc!r}") from exc
         self._history = deque(history, maxlen=self.n)
+
+    def _loaded_image(self, state: dict[str, Any] | None) -> Any:
+        """An image of :meth:`state_dict` back as ``[H, W, 3]`` uint8 (None when absent or when this memory shows no
+        images)."""
+        if state is None or self.max_image_history <= 0:
+            return None
+        import base64
+
+        import numpy as np
+
+        pixels = np.frombuffer(base64.b64decode(state["base64"]), dtype=np.uint8)
+        return pixels.reshape([int(v) for v in state["shape"]]).copy()
 
     # ------------------------------------------------------------------ internals
     def _messages(self, turns: int, shortened: str | None) -> list[dict[str, Any]]:
@@ -528,3 +556,13 @@ def prompt_metrics(prompts: Sequence[PromptSize]) -> dict[str, float]:
         "rollout/memory_turns_kept/mean": sum(p.turns_kept for p in prompts) / len(prompts),
         "rollout/prompt_truncated_frac": sum(p.truncated_observation for p in prompts) / len(prompts),
     }
+
+
+def _image_state(image: Any) -> dict[str, Any]:
+    """A memory image in :meth:`SlidingMemory.state_dict`: its shape and its raw uint8 pixels in base64."""
+    import base64
+
+    import numpy as np
+
+    pixels = np.ascontiguousarray(np.asarray(image, dtype=np.uint8))
+    return {"shape": list(pixels.shape), "base64": base64.b64encode(pixels.tobytes()).decode("ascii")}

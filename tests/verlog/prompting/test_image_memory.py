@@ -74,6 +74,32 @@ def test_newest_k_observations_carry_their_image(processor, k: int) -> None:
     assert built.num_tokens == len(built.token_ids) + shown * (4 - 1)  # 56x56: 4 tokens, 1 placeholder written
 
 
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_a_resumed_memory_shows_the_same_images(processor, k: int) -> None:
+    """state_dict keeps the images a later prompt can still show (a resumed episode's prompts are the same, images
+    included), as JSON; an older state without images still loads (its prompts are then text only)."""
+    import json
+
+    count = functools.partial(image_token_count, processor)
+    memory = SlidingMemory(n=2, max_image_history=k, image_tokens=count)
+    _episode(memory, 4)
+    state = json.loads(json.dumps(memory.state_dict()))
+    assert sum("image" in h for h in state["history"]) == min(k - 1, 2) and "image" in state["current"]
+    resumed = SlidingMemory(n=2, max_image_history=k, image_tokens=count)
+    resumed.load_state_dict(state)
+    for m in (memory, resumed):  # the next turn too: the current image moves into the history
+        m.record("THINK: turn 3\nACTION: red", "red")
+        m.observe("observation 4", "", _frame(50))
+    a, b = memory.build_prompt(processor.tokenizer), resumed.build_prompt(processor.tokenizer)
+    assert (a.token_ids, a.num_tokens) == (b.token_ids, b.num_tokens)
+    assert len(a.images) == len(b.images) == min(k, 3) and all((x == y).all() for x, y in zip(a.images, b.images))
+    old = {**state, "history": [{k2: v for k2, v in h.items() if k2 != "image"} for h in state["history"]]}
+    old["current"] = {k2: v for k2, v in state["current"].items() if k2 != "image"}
+    text_only = SlidingMemory(n=2, max_image_history=k, image_tokens=count)
+    text_only.load_state_dict(old)
+    assert text_only.build_prompt(processor.tokenizer).images == []
+
+
 def test_budget_drops_turns_with_their_images(processor) -> None:
     count = functools.partial(image_token_count, processor)
     memory = SlidingMemory(n=2, max_image_history=3, image_tokens=count)
