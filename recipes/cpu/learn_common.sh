@@ -103,6 +103,7 @@ EVAL_EVERY="${EVAL_EVERY:-10}"
 EVAL_EPISODES_IN_TRAINING="${EVAL_EPISODES_IN_TRAINING:-64}"
 PPO_EPOCHS="${PPO_EPOCHS:-1}"
 MINI_BATCHES="${MINI_BATCHES:-4}"
+ENTROPY_COEFF="${ENTROPY_COEFF:-0.001}" # the actor loss's entropy bonus (algorithm.entropy_coeff)
 KL_COEF="${KL_COEF:-0.001}" # KL penalty to the start model in the reward; 0: none (and no reference model to compute)
 SINGLE_GAE="${SINGLE_GAE:-1}"
 BOUNDARY_CUT="${BOUNDARY_CUT:-0}"
@@ -126,7 +127,7 @@ SETTINGS=(SMOKE OUTPUT_DIR RESULTS ENV_ID START MAX_STEPS TIME_LIMIT ANSWER_FORM
     WARM_START_STEPS EPISODES EVAL_SEED_START ADVANTAGE_LEVEL EVAL_EVERY EVAL_EPISODES_IN_TRAINING EVAL_TEMPERATURE
     START_BOUND LONG_HORIZON PPO_ITERATIONS
     PPO_SLOTS PPO_TURNS PPO_SEED PPO_RANKS ACTOR_LR CRITIC_LR CRITIC_WARMUP WARMUP_ROLLOUT_MULTIPLIER
-    WARMUP_CRITIC_UPDATES PPO_EPOCHS MINI_BATCHES KL_COEF SINGLE_GAE
+    WARMUP_CRITIC_UPDATES PPO_EPOCHS MINI_BATCHES ENTROPY_COEFF KL_COEF SINGLE_GAE
     BOUNDARY_CUT STEP_GAMMA STEP_LAM MAX_RESPONSE_TOKENS MAX_PROMPT_TOKENS PPO_PROMPT_TOKENS PPO_SAVE_FREQ
     VISION IMAGE_HISTORY TEXT_CONTROL
     ${EXTRA_SETTINGS[@]+"${EXTRA_SETTINGS[@]}"})
@@ -350,6 +351,7 @@ ppo() {
         algorithm.token_gamma="$token_gamma" algorithm.token_lam="$token_lam" \
         algorithm.actor_lr="$ACTOR_LR" algorithm.critic_lr="$CRITIC_LR" algorithm.critic_warmup="$CRITIC_WARMUP" \
         algorithm.ppo_epochs="$PPO_EPOCHS" algorithm.mini_batches="$MINI_BATCHES" \
+        algorithm.entropy_coeff="$ENTROPY_COEFF" \
         algorithm.kl_in_reward="$([ "$KL_COEF" = 0 ] && echo false || echo true)" algorithm.kl_coef="$KL_COEF" \
         algorithm.warmup_rollout_multiplier="$WARMUP_ROLLOUT_MULTIPLIER" \
         algorithm.warmup_critic_updates="$WARMUP_CRITIC_UPDATES" \

@@ -40,41 +40,7 @@ EVAL_LOG = "logs/eval.log"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="a Hugging Face folder, a verl checkpoint's huggingface/ folder, a global_step_K folder or a run folder "
-        "(or --endpoint instead)",
-    )
-    parser.add_argument(
-        "--run",
-        default=None,
-        help="a training run's folder (verlog train's output_dir): evaluate its latest checkpoint with the settings it "
-        "trained with (env id and kwargs, memory, answer format, image history, token budgets, its evaluation's "
-        "temperature and top-p); options given here win",
-    )
-    parser.add_argument(
-        "--tasks",
-        default=None,
-        help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai); "
-        "required unless --run gives it",
-    )
-    parser.add_argument(
-        "--episodes", type=int_at_least(1), default=None, help=f"episodes per task (default {EPISODES}, BALROG's)"
-    )
-    parser.add_argument(
-        "--seed-start",
-        type=seed,
-        default=None,
-        help="episode i of each task uses seed S+i (default 0; keep clear of training seeds)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=seed_list,
-        default=None,
-        help="explicit comma-separated seeds, one episode each (instead of --episodes and --seed-start)",
-    )
-    accept_negative_lists(parser)
+    _add_model_and_episode_arguments(parser)
     parser.add_argument("--out", required=True, help="output folder: summary.json, episodes.jsonl, turns.jsonl")
     parser.add_argument("--engine", choices=("vllm", "transformers"), default=None, help="local engine (default vllm)")
     parser.add_argument(
@@ -121,6 +87,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_import_argument(parser)
     # None = not given: --run's settings, else the command's defaults, fill them in (_fill_settings)
     parser.set_defaults(**dict.fromkeys(_command_defaults()))
+
+
+def _add_model_and_episode_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model``, ``--run``, ``--tasks`` and the episodes' seeds."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a Hugging Face folder, a verl checkpoint's huggingface/ folder, a global_step_K folder or a run folder "
+        "(or --endpoint instead)",
+    )
+    parser.add_argument(
+        "--run",
+        default=None,
+        help="a training run's folder (verlog train's output_dir): evaluate its latest checkpoint with the settings it "
+        "trained with (env id and kwargs, memory, answer format, image history, token budgets, its evaluation's "
+        "temperature and top-p); options given here win",
+    )
+    parser.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated env ids (babyai/goto,babyai/pickup) or env names meaning all their tasks (babyai); "
+        "required unless --run gives it",
+    )
+    parser.add_argument(
+        "--episodes", type=int_at_least(1), default=None, help=f"episodes per task (default {EPISODES}, BALROG's)"
+    )
+    parser.add_argument(
+        "--seed-start",
+        type=seed,
+        default=None,
+        help="episode i of each task uses seed S+i (default 0; keep clear of training seeds)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help="explicit comma-separated seeds, one episode each (instead of --episodes and --seed-start)",
+    )
+    accept_negative_lists(parser)
 
 
 def _command_defaults() -> dict[str, Any]:

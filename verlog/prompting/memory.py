@@ -346,31 +346,21 @@ class SlidingMemory:
             raise ValueError(f"not a SlidingMemory state (format {found!r}, expected {STATE_FORMAT!r})")
         try:
             history = [
-                Turn(h["long_term"], h["response"], h["action"], self._loaded_image(h.get("image")))
+                Turn(h["long_term"], h["response"], h["action"], _state_image(h.get("image"), self.max_image_history))
                 for h in state["history"]
             ]
             current = state["current"]
             recorded = state["recorded"]
             self._instruction = state["instruction"]
             self._current = None if current is None else (current["long_term"], current["short_term"])
-            self._current_image = None if current is None else self._loaded_image(current.get("image"))
+            self._current_image = (
+                None if current is None else _state_image(current.get("image"), self.max_image_history)
+            )
             self._recorded = None if recorded is None else (recorded["response"], recorded["action"])
             self._turn_index = int(state["turn_index"])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"SlidingMemory state is missing or has a malformed field: {exc!r}") from exc
         self._history = deque(history, maxlen=self.n)
-
-    def _loaded_image(self, state: dict[str, Any] | None) -> Any:
-        """An image of :meth:`state_dict` back as ``[H, W, 3]`` uint8 (None when absent or when this memory shows no
-        images)."""
-        if state is None or self.max_image_history <= 0:
-            return None
-        import base64
-
-        import numpy as np
-
-        pixels = np.frombuffer(base64.b64decode(state["base64"]), dtype=np.uint8)
-        return pixels.reshape([int(v) for v in state["shape"]]).copy()
 
     # ------------------------------------------------------------------ internals
     def _messages(self, turns: int, shortened: str | None) -> list[dict[str, Any]]:
@@ -566,3 +556,16 @@ def _image_state(image: Any) -> dict[str, Any]:
 
     pixels = np.ascontiguousarray(np.asarray(image, dtype=np.uint8))
     return {"shape": list(pixels.shape), "base64": base64.b64encode(pixels.tobytes()).decode("ascii")}
+
+
+def _state_image(state: dict[str, Any] | None, max_image_history: int) -> Any:
+    """An image of :meth:`SlidingMemory.state_dict` back as ``[H, W, 3]`` uint8 (None when absent, or for a memory
+    that shows no images)."""
+    if state is None or max_image_history <= 0:
+        return None
+    import base64
+
+    import numpy as np
+
+    pixels = np.frombuffer(base64.b64decode(state["base64"]), dtype=np.uint8)
+    return pixels.reshape([int(v) for v in state["shape"]]).copy()
