@@ -27,8 +27,12 @@
 #   IMAGE_HISTORY       newest observations shown with their image [1]
 #   TEXT_CONTROL        1: also run the text-only control [1]
 #   WARM_START_STEPS    format-only warm start steps of 16 rows [150; smoke 3]
-#   PPO_ITERATIONS, PPO_SLOTS, PPO_TURNS   [120, 16, 4 = 64 rows an iteration; smoke 2, 2, 4]
-#   ACTOR_LR, CRITIC_LR [1e-3, 1e-3]; KL_COEF [0: no KL penalty, no reference model]
+#   PPO_ITERATIONS, PPO_SLOTS, PPO_TURNS   [120, 32, 4 = 128 rows an iteration; smoke 2, 2, 4]
+#   ACTOR_LR, CRITIC_LR, MINI_BATCHES [1e-3, 1e-3, 2]; ENTROPY_COEFF [0: with AdamW at lr 1e-3 the default bonus of
+#                       0.001 flattened the policy in one update]; KL_COEF [0: no KL penalty, no reference model]
+#
+# Status: the target is not met yet; docs/results/visual-toy.md has every attempt (these defaults are v5's: +5.7
+# points [-1.0, +12.0] over the warm start in 16 minutes of PPO) and what to try next.
 #   EPISODES            evaluation episodes per model [300; smoke 4]
 #   MODEL_HIDDEN, MODEL_LAYERS, MODEL_HEADS, MODEL_KV_HEADS, MODEL_FFN   the tiny VLM's text model [64, 2, 2, 1, 128]
 set -euo pipefail
@@ -54,13 +58,14 @@ MODEL_FFN="${MODEL_FFN:-128}"
 WARM_START_STEPS="${WARM_START_STEPS:-$([ "${SMOKE:-0}" = 1 ] && echo 3 || echo 150)}"
 EPISODES="${EPISODES:-$([ "${SMOKE:-0}" = 1 ] && echo 4 || echo 300)}"
 PPO_ITERATIONS="${PPO_ITERATIONS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 120)}"
-PPO_SLOTS="${PPO_SLOTS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 16)}"
+PPO_SLOTS="${PPO_SLOTS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 32)}"
 PPO_TURNS="${PPO_TURNS:-4}"
 PPO_RANKS="${PPO_RANKS:-1}"
 ACTOR_LR="${ACTOR_LR:-1e-3}"
 CRITIC_LR="${CRITIC_LR:-1e-3}"
 CRITIC_WARMUP="${CRITIC_WARMUP:-$([ "${SMOKE:-0}" = 1 ] && echo 0 || echo 2)}"
 MINI_BATCHES="${MINI_BATCHES:-2}"
+ENTROPY_COEFF="${ENTROPY_COEFF:-0}"
 KL_COEF="${KL_COEF:-0}" # no reference model: one forward pass less a row
 EVAL_EVERY=0 # in-training evaluation adds minutes; the recipe evaluates each model after its run
 PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-256}"
