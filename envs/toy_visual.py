@@ -41,6 +41,8 @@ class VisualToyEnv(ScoredTurnsEnv):
     Args:
         length: turns per episode (>= 1).
         size: the image's side in pixels (>= 8; a multiple of 28 avoids resizing in Qwen2-VL's processor).
+        min_side, max_side: the square's side is drawn from [min_side, max_side] pixels (defaults ``size // 4`` and
+            ``size // 2``; ``min_side = max_side = size``: the colour fills the picture).
         images: attach the picture to each observation (default True; False: the text-only control).
         **kwargs: :class:`envs.core.TextEnv` options (``parse_mode``, ``format_penalty``, ...).
     """
@@ -48,16 +50,32 @@ class VisualToyEnv(ScoredTurnsEnv):
     provides_images = True
     default_action = "turn left"
 
-    def __init__(self, length: int = 1, size: int = 56, images: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        length: int = 1,
+        size: int = 56,
+        images: bool = True,
+        min_side: int | None = None,
+        max_side: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(length, int) or length < 1:
             raise ValueError(f"length must be an integer >= 1 (turns per episode), got {length!r}")
         if not isinstance(size, int) or size < 8:
             raise ValueError(f"size must be an integer >= 8 (pixels), got {size!r}")
+        min_side = size // 4 if min_side is None else min_side
+        max_side = size // 2 if max_side is None else max_side
+        if not all(isinstance(v, int) for v in (min_side, max_side)) or not 1 <= min_side <= max_side <= size:
+            raise ValueError(
+                f"the square's sides must be integers with 1 <= min_side <= max_side <= size ({size}), got "
+                f"min_side={min_side!r}, max_side={max_side!r}"
+            )
         max_steps = kwargs.pop("max_steps", None)
         if max_steps is not None and max_steps < length:
             raise ValueError(f"max_steps ({max_steps}) must be >= length ({length})")
         super().__init__(max_steps=max_steps, images=images, **kwargs)
         self.length, self.size = length, size
+        self.min_side, self.max_side = min_side, max_side
         self.actions = list(COLOUR_ACTIONS.values())
         self.max_steps = max_steps or length
         self.scored = 0  # turns answered correctly
@@ -68,7 +86,7 @@ class VisualToyEnv(ScoredTurnsEnv):
         """Draw this turn's colour, place and size from the env's RNG (drawn with or without images)."""
         rng = self.np_random
         self.colour = list(COLOUR_ACTIONS)[int(rng.integers(len(COLOUR_ACTIONS)))]
-        side = int(rng.integers(self.size // 4, self.size // 2 + 1))
+        side = int(rng.integers(self.min_side, self.max_side + 1))
         top, left = (int(v) for v in rng.integers(0, self.size - side + 1, size=2))
         self.square = (top, left, side)
         return TextObservation.build(OBSERVATION_TEXT, image=self.picture() if self.images else None)

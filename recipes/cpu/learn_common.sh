@@ -14,6 +14,8 @@
 #                   when set, replaces it in evaluation: e.g. Crafter scores its own reward, without the format penalty)
 #   START           demos (scripted expert -> SFT) or warm_start (format-only: random valid answers)
 #   DEFAULT_OUTPUT_DIR, DEFAULT_RESULTS
+# Optional: PPO_ENV_OVERRIDES, an array of env.kwargs.* overrides that make PPO's env (the config group's) the one of
+#                 ENV_KWARGS_JSON where that sets keys the config group does not
 # and any default below (a recipe's own defaults win over these: every line is VAR="${VAR:-default}").
 #
 # Checks before anything runs (exit 2, one line naming the fix): overlapping seed ranges; LONG_HORIZON=1 with
@@ -22,6 +24,7 @@
 # The whole recipe must be one { ... } block (see learn_babyai.sh): bash reads it all before running it.
 
 DRY_RUN=0
+declare -p PPO_ENV_OVERRIDES >/dev/null 2>&1 || PPO_ENV_OVERRIDES=()
 for arg in "$@"; do
     case "$arg" in
     --dry-run) DRY_RUN=1 ;;
@@ -359,7 +362,8 @@ ppo() {
         evaluation.every="$EVAL_EVERY" evaluation.episodes="$EVAL_EPISODES_IN_TRAINING" \
         checkpoint.save_freq="$PPO_SAVE_FREQ" checkpoint.resume=auto \
         $([ "$IMAGE_HISTORY" = 0 ] || echo memory.max_image_history="$IMAGE_HISTORY") \
-        "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" "$@"
+        "verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" \
+        "${PPO_ENV_OVERRIDES[@]}" "$@"
 }
 
 # run_all START_EVAL_NAME: the whole chain after the recipe's settings (start model, PPO runs, evaluations, results)

@@ -24,6 +24,9 @@
 #   OUTPUT_DIR          [outputs/learn-visual; smoke: outputs/learn-visual-smoke]
 #   RESULTS             [docs/results/visual-toy/latest.md; smoke: $OUTPUT_DIR/results.md]
 #   LENGTH              turns per episode [1]: each turn is one picture and one answer
+#   MIN_SIDE, MAX_SIDE  the square's side in pixels, drawn from [MIN_SIDE, MAX_SIDE] of the 56x56 picture [56, 56:
+#                       the colour fills the picture; smaller squares did not get learnt by the tiny random VLM,
+#                       docs/results/visual-toy.md]
 #   IMAGE_HISTORY       newest observations shown with their image [1]
 #   TEXT_CONTROL        1: also run the text-only control [1]
 #   WARM_START_STEPS    format-only warm start steps of 16 rows [150; smoke 3]
@@ -42,6 +45,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RECIPE=learn-visual
 LENGTH="${LENGTH:-1}"
+MIN_SIDE="${MIN_SIDE:-56}"
+MAX_SIDE="${MAX_SIDE:-56}"
 MAX_STEPS="${MAX_STEPS:-$LENGTH}"
 TIME_LIMIT="${TIME_LIMIT:-terminate}"
 FORMAT_PENALTY="${FORMAT_PENALTY:-0.1}"
@@ -77,8 +82,9 @@ ENV_CONFIG=toy_visual
 ENV_ID=toy/visual
 DEFAULT_OUTPUT_DIR=outputs/learn-visual
 DEFAULT_RESULTS=docs/results/visual-toy/latest.md
-EXTRA_SETTINGS=(LENGTH)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"length\": $LENGTH, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+EXTRA_SETTINGS=(LENGTH MIN_SIDE MAX_SIDE)
+ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"length\": $LENGTH, \"min_side\": $MIN_SIDE, \"max_side\": $MAX_SIDE, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+PPO_ENV_OVERRIDES=(env.kwargs.min_side="$MIN_SIDE" env.kwargs.max_side="$MAX_SIDE")
 source "$ROOT/recipes/cpu/learn_common.sh"
 run_all warm_start
 exit 0

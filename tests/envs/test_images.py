@@ -74,3 +74,20 @@ def test_visual_toy_text_alone_scores_chance() -> None:
         oracle.reset(seed=seed)
         seen += oracle.step(oracle.answer)[4]["success"]
     assert 0.27 < wins / 600 < 0.40 and seen == 600
+
+
+def test_visual_toy_square_sides() -> None:
+    """``min_side``/``max_side`` bound the square (the learnability recipe fills the picture); bad bounds are named."""
+    filled = envs.make("toy/visual", min_side=56, max_side=56)
+    for seed in range(5):
+        obs, _ = filled.reset(seed=seed)
+        assert (obs.image == obs.image[0, 0]).all() and filled.square == (0, 0, 56)  # one colour, edge to edge
+    bounded = envs.make("toy/visual", min_side=20, max_side=30)
+    sides = set()
+    for seed in range(40):
+        bounded.reset(seed=seed)
+        sides.add(bounded.square[2])
+    assert sides <= set(range(20, 31)) and len(sides) > 3
+    for bad in ({"min_side": 0}, {"min_side": 30, "max_side": 20}, {"max_side": 57}, {"min_side": 2.5}):
+        with pytest.raises(ValueError, match="min_side <= max_side <= size"):
+            envs.make("toy/visual", **bad)
