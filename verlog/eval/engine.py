@@ -1,9 +1,10 @@
 """The model an evaluation talks to: resolve a model path, load its tokenizer, start one generation engine.
 
 ``--model`` may be a Hugging Face folder, a verl checkpoint's ``huggingface/`` folder, a ``global_step_K`` folder
-(its ``actor/huggingface`` or ``huggingface`` is used) or a run folder with ``latest_checkpointed_iteration.txt``
-(the latest step is used). The engines are those of :mod:`verlog.rollout.generator`: a standalone vLLM engine
-(CPU or GPU; start-up takes tens of seconds, so an evaluation starts it once for all its tasks) or transformers.
+(its ``actor/huggingface`` or ``huggingface`` is used), a checkpoints folder with ``latest_checkpointed_iteration.txt``
+(the latest step is used) or the run folder of ``verlog train`` (the latest step of its ``checkpoints/``). The
+engines are those of :mod:`verlog.rollout.generator`: a standalone vLLM engine (CPU or GPU; start-up takes tens of
+seconds, so an evaluation starts it once for all its tasks) or transformers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_mm
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
+from verlog.run.folder import RunFolder
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -36,6 +38,14 @@ def resolve_model_path(path: str | Path) -> Path:
     root = Path(path).expanduser()
     if not root.exists():
         raise EvalModelError(f"model path {str(root)!r} does not exist: give a Hugging Face folder or a checkpoint")
+    checkpoints = RunFolder(root).checkpoints
+    if checkpoints.is_dir() and not (root / "config.json").is_file():  # the run folder of verlog train
+        if not (checkpoints / "latest_checkpointed_iteration.txt").is_file():
+            raise EvalModelError(
+                f"the run {str(root)!r} saved no checkpoint yet: train with checkpoint.save_freq > 0 (a checkpoint "
+                "every that many iterations and at the last), or give a Hugging Face folder"
+            )
+        return resolve_model_path(checkpoints)
     candidates = [root, root / "huggingface", root / "actor" / "huggingface"]
     latest = root / "latest_checkpointed_iteration.txt"
     if latest.is_file():

@@ -183,6 +183,18 @@ def actor_model_folder(actor: Path, on_merge: Callable[[str], None] | None = Non
     return merged
 
 
+FILES_BESIDE_WEIGHTS = (
+    "chat_template.jinja",
+    "generation_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+)
+"""What a merged folder takes from the checkpoint's ``huggingface/`` besides the tokenizer: the chat template and
+generation config (the tokenizer's save may leave them out) and a vision-language model's processor files (without
+them its images cannot be prepared: ``verlog eval --max-image-history``)."""
+
+
 def merge_shards(actor: Path, hf: Path, target: Path) -> None:
     """Merge the FSDP shards of ``actor`` into a Hugging Face folder ``target`` (config and tokenizer from ``hf``),
     through a temporary folder beside it, renamed into place when complete."""
@@ -221,7 +233,7 @@ def merge_shards(actor: Path, hf: Path, target: Path) -> None:
         if not has_weights(scratch) or not (scratch / "config.json").is_file():
             raise CheckpointModelError(f"verl's model merger wrote no weights for {actor}")
         record_stored_dtype(scratch)
-        for extra in ("chat_template.jinja", "generation_config.json"):  # what the tokenizer's save may leave out
+        for extra in FILES_BESIDE_WEIGHTS:
             if (hf / extra).is_file() and not (scratch / extra).exists():
                 shutil.copy2(hf / extra, scratch / extra)
         os.replace(scratch, target)

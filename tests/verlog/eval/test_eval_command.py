@@ -137,6 +137,13 @@ def test_model_path_resolves_verl_checkpoint_layouts(tiny_model: Path, tmp_path:
         resolve_model_path(tmp_path / "ckpt")
     with pytest.raises(EvalModelError, match="no Hugging Face model"):
         resolve_model_path(tmp_path)
+    # the run folder of verlog train: its checkpoints/' latest step, or a named error before its first checkpoint
+    train_run = tmp_path / "train_run"
+    (train_run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(EvalModelError, match=r"saved no checkpoint yet: train with checkpoint\.save_freq"):
+        resolve_model_path(train_run)
+    shutil.copytree(run, train_run / "checkpoints", dirs_exist_ok=True)
+    assert resolve_model_path(train_run) == train_run / "checkpoints" / "global_step_3" / "actor" / "huggingface"
 
 
 @pytest.mark.e2e

@@ -50,6 +50,7 @@ def run(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         "evaluation.before_train=false",
         f"evaluation.episodes={EVAL_EPISODES}",
         "tapes.eval_episodes=1",
+        "checkpoint.save_freq=2",  # the checkpoint verlog eval plays below
         "hardware.n_gpus_per_node=1",
         f"hardware.ray.temp_dir={ray_dir}",
     ]
@@ -61,15 +62,15 @@ def run(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return out, proc.stdout + proc.stderr, time.perf_counter() - start
 
 
-def _first_prompt_tokens(tiny_vlm: Path, images: bool) -> int:
-    """Tokens of BabyAI goto's first prompt (seed 0) as the rollout builds it (with or without its frame)."""
+def _first_prompt_tokens(tiny_vlm: Path, images: bool, seed: int = 0) -> int:
+    """Tokens of BabyAI goto's first prompt (``seed``) as the rollout builds it (with or without its frame)."""
     import envs
     from verlog.models.vision import ImageTokenCounter, load_tiny_vlm_processor
     from verlog.prompting.memory import SlidingMemory
 
     processor = load_tiny_vlm_processor(tiny_vlm)
     env = envs.make("babyai/goto", images=images)
-    obs, _ = env.reset(seed=0)
+    obs, _ = env.reset(seed=seed)
     memory = SlidingMemory(max_image_history=1 if images else 0, image_tokens=ImageTokenCounter(processor))
     memory.reset(env.instruction)
     memory.observe(obs.long_term, obs.short_term, image=obs.image)
@@ -106,12 +107,16 @@ def _first_turn_shows_an_image(turn: dict) -> bool:
     return any(p.get("type") == "image" for p in parts)
 
 
-def test_evaluation_with_images_in_training_and_from_the_checkpoint(run, tmp_path: Path) -> None:
+def test_evaluation_with_images_in_training_and_from_the_checkpoint(run, tiny_vlm: Path, tmp_path: Path) -> None:
     out, _, _ = run
     [last] = [r for r in iteration_records(out) if r["step"] == 2]
     assert last["eval/episodes"] == EVAL_EPISODES and last["eval/generation_failures"] == 0, last
+    # the in-training evaluation's tape keeps no prompt messages (EvalTapeWriter): its frames and token counts show
+    # that the frames were in the prompts
     eval_tape = [json.loads(line) for line in (out / "tapes" / "eval.jsonl").read_text().splitlines()]
-    assert eval_tape and all(_first_turn_shows_an_image(t) for t in eval_tape)
+    assert eval_tape and all(t.get("frame") for t in eval_tape)
+    for t in (t for t in eval_tape if t["turn"] == 0):
+        assert t["prompt_tokens"] == _first_prompt_tokens(tiny_vlm, False, t["seed"]) + 18, t
     # verlog eval on the run's checkpoint: its processor, vLLM's limit_mm_per_prompt, images as multi_modal_data
     evals = tmp_path / "eval"
     command = [sys.executable, "-m", "verlog", "eval", "--model", str(out), "--tasks", "babyai/goto", "--episodes",
