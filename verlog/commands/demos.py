@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from verlog.commands.common import (
     UsageError,
@@ -12,6 +13,7 @@ from verlog.commands.common import (
     add_import_argument,
     add_memory_arguments,
     build_env,
+    build_env_with_images,
     check_env_id,
     check_output_folder,
     import_user_modules,
@@ -22,7 +24,7 @@ from verlog.commands.common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env_id", help="a registered env with a scripted expert: babyai/* or babaisai/*")
+    parser.add_argument("env_id", help="a registered env with a scripted expert: babyai/*, babaisai/* or toy/visual")
     parser.add_argument("--episodes", type=int_at_least(1), required=True, help="episodes to try (one seed each)")
     parser.add_argument(
         "--out", required=True, help="output folder: train.parquet, val.parquet, demos.json (new or empty)"
@@ -37,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the RL prompt budget (rollout.max_prompt_tokens); needs --tokenizer to apply it",
     )
     parser.add_argument("--tokenizer", default=None, help="model folder whose tokenizer counts prompt tokens")
+    parser.add_argument(
+        "--max-image-history",
+        type=int_at_least(0),
+        default=0,
+        help="newest observations shown with their image, as training's memory.max_image_history (default 0: text "
+        "only); needs --tokenizer a vision-language model folder (its processor counts image tokens) and an env "
+        "that draws images",
+    )
     parser.add_argument(
         "--env-kwargs", default="{}", help="JSON keyword arguments of envs.make, e.g. '{\"max_steps\": 64}'"
     )
@@ -66,14 +76,38 @@ def _load_tokenizer(path: str):
         raise UsageError(f"--tokenizer {path!r}: {exc}") from None
 
 
-def _check_budget(config, tokenizer, tokenizer_path: str) -> None:
-    """The env's first prompt fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`), before any
-    demonstration is played."""
-    from verlog.prompting.budget import budget_problem
-    from verlog.prompting.memory import MemoryConfig
+def _image_tokens(args: argparse.Namespace, env_kwargs: dict) -> Any:
+    """With ``--max-image-history`` > 0: the model's tokens per image (the processor of ``--tokenizer``), after
+    checking that the env draws images; None for text."""
+    if args.max_image_history <= 0:
+        return None
+    from verlog.errors import ImageSetupError
+    from verlog.models.vision import ImageTokenCounter, is_vision_model, load_vision_processor
 
-    memory = MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format)
-    env = build_env(config.env_id, config.env_kwargs, "--env-kwargs", seed=config.seed_start)
+    fix = "or leave --max-image-history out (text only)"
+    if args.tokenizer is None or not is_vision_model(os.path.expanduser(args.tokenizer)):
+        raise UsageError(
+            f"--max-image-history needs --tokenizer a vision-language model folder (its processor counts the image "
+            f"tokens; e.g. one `verlog tiny-model --vision` wrote), {fix}"
+        )
+    fix_env = "record an env with images (toy/visual, babyai, babaisai), or leave --max-image-history out"
+    build_env_with_images(
+        args.env_id, env_kwargs, "--env-kwargs", f"--max-image-history: {args.env_id}", fix_env, seed=args.seed_start
+    ).close()
+    try:
+        return ImageTokenCounter(load_vision_processor(os.path.expanduser(args.tokenizer)))
+    except ImageSetupError as exc:
+        raise UsageError(f"--max-image-history: {exc}") from None
+
+
+def _check_budget(config, tokenizer, tokenizer_path: str, image_tokens: Any = None) -> None:
+    """The env's first prompt fits ``--max-prompt-tokens`` (:func:`verlog.prompting.budget.budget_problem`), its
+    image counted with ``image_tokens``, before any demonstration is played."""
+    from verlog.prompting.budget import budget_problem
+
+    memory = config.memory
+    kwargs = {**config.env_kwargs, **({"images": True} if image_tokens is not None else {})}
+    env = build_env(config.env_id, kwargs, "--env-kwargs", seed=config.seed_start)
     try:
         problem = budget_problem(
             env,
@@ -84,6 +118,7 @@ def _check_budget(config, tokenizer, tokenizer_path: str) -> None:
             "--max-prompt-tokens",
             f"the tokenizer of {tokenizer_path}",
             seed=config.seed_start,
+            image_tokens=image_tokens,
         )
     finally:
         env.close()
@@ -114,13 +149,15 @@ def run(args: argparse.Namespace) -> int:
             env_kwargs=env_kwargs,
             val_episodes=args.val_episodes,
             answer_format=args.answer_format,
+            max_image_history=args.max_image_history,
         )
     except DemoError as exc:
         raise UsageError(str(exc)) from None
     check_output_folder(args.out, "--out", force=args.force, what="demonstrations")
+    image_tokens = _image_tokens(args, env_kwargs)
     tokenizer = None if args.tokenizer is None else _load_tokenizer(args.tokenizer)
     if tokenizer is not None and config.max_prompt_tokens is not None:
-        _check_budget(config, tokenizer, args.tokenizer)
+        _check_budget(config, tokenizer, args.tokenizer, image_tokens)
     try:
 
         def progress(i: int, episode: DemoEpisode) -> None:
@@ -128,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 status = "won" if episode.success else "not won (left out)"
                 print(f"[demos] {i + 1}/{config.episodes} seed {episode.seed}: {len(episode.turns)} turns, {status}")
 
-        episodes = generate_demos(config, tokenizer=tokenizer, progress=progress)
+        episodes = generate_demos(config, tokenizer=tokenizer, progress=progress, image_tokens=image_tokens)
         manifest = write_demos(episodes, args.out, config)
     except DemoError as exc:
         print(f"verlog demos: error: {exc}", file=sys.stderr)

@@ -269,11 +269,11 @@ class LocalEnv:
         self.env = self._rebuild()
         return self.env
 
-    def pool(self) -> Any:
-        """A one-slot in-process ``EnvPool`` around the env."""
+    def pool(self, keep_images: bool = False) -> Any:
+        """A one-slot in-process ``EnvPool`` around the env (``keep_images``: its observations keep their images)."""
         from envs.pool import EnvPool
 
-        return EnvPool(self, num_envs=1, in_process=True)
+        return EnvPool(self, num_envs=1, in_process=True, keep_images=keep_images)
 
 
 # ------------------------------------------------------------------------------------------------ the stepper

@@ -7,11 +7,13 @@ built on first attribute access, so importing this module does not import verl; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verlog.sft.config import SFTDataConfig, SFTDataError
+from verlog.sft.demos import IMAGE_PLACEHOLDER
 
 
 @dataclass
@@ -111,13 +113,21 @@ def _check_template(tokenizer: Any, messages: list[dict[str, str]], where: str) 
 
 
 def check_data(
-    path: str, tokenizer: Any, max_length: int, loss_on: str = "last", *, template_rows: int = 4
+    path: str,
+    tokenizer: Any,
+    max_length: int,
+    loss_on: str = "last",
+    *,
+    template_rows: int = 4,
+    image_tokens: Callable[[Any], int] | None = None,
 ) -> DataReport:
     """Check an SFT parquet file against a tokenizer before launching verl.
 
     Checks: a chat template exists; a ``messages`` column of ``{role, content}`` lists with roles system / user /
     assistant and (for ``loss_on='last'``) an assistant message last; the first ``template_rows`` rows tokenize the
-    same message by message as whole (verl's dataset needs it); no row is longer than ``max_length`` tokens.
+    same message by message as whole (verl's dataset needs it); no row is longer than ``max_length`` tokens. Rows
+    with images (an ``images`` column, ``verlog demos --max-image-history``): as many images as ``<image>``
+    placeholders, each counted with ``image_tokens`` (a vision-language model's tokens per image, required then).
 
     Raises:
         SFTDataError: naming the file, the row and the fix.
@@ -136,18 +146,36 @@ def check_data(
         )
     if len(frame) == 0:
         raise SFTDataError(f"{path} has no rows; give data with at least one conversation")
+    with_images = IMAGES_COLUMN in frame.columns
+    if with_images and image_tokens is None:
+        raise SFTDataError(
+            f"{path} has images (an {IMAGES_COLUMN!r} column): train a vision-language model (model.path a folder "
+            "with a vision_config and its processor, e.g. one `verlog tiny-model --vision` wrote, and "
+            "model.build_tiny: false), or make the demos without --max-image-history"
+        )
     lengths: list[int] = []
     loss_tokens = 0
     for i, raw in enumerate(frame["messages"]):
-        messages = _as_messages(raw, f"{path} row {i}")
+        messages: list[dict[str, Any]] = _as_messages(raw, f"{path} row {i}")
         roles = [m["role"] for m in messages]
         if "assistant" not in roles or (loss_on == "last" and roles[-1] != "assistant"):
             want = "end with an assistant message" if loss_on == "last" else "hold an assistant message"
             raise SFTDataError(f"{path} row {i}: roles {roles} do not {want}, so it has nothing to learn")
+        images = row_images(frame[IMAGES_COLUMN].iloc[i], f"{path} row {i}") if with_images else []
+        placeholders = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages)
+        if placeholders != len(images):
+            raise SFTDataError(
+                f"{path} row {i}: {placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in its messages but "
+                f"{len(images)} image(s): each image stands where one placeholder is (write the data with `verlog "
+                "demos --max-image-history K`)"
+            )
+        if images:
+            messages = [with_image_parts(m) for m in messages]
         if i < template_rows:
             _check_template(tokenizer, messages, f"{path} row {i}")
         ids = _token_ids(tokenizer, messages)
-        lengths.append(len(ids))
+        image_extra = sum(int(image_tokens(image)) - 1 for image in images) if image_tokens else 0  # beyond each pad
+        lengths.append(len(ids) + image_extra)
         loss_tokens += len(ids) - len(_token_ids(tokenizer, messages[:-1], add_generation_prompt=True))
     over = [i for i, n in enumerate(lengths) if n > max_length]
     if over:
@@ -159,6 +187,45 @@ def check_data(
             "--tokenizer MODEL`)"
         )
     return DataReport(path, len(lengths), max(lengths), sum(lengths) / len(lengths), loss_tokens)
+
+
+IMAGES_COLUMN = "images"
+"""The column of a row's images (verl's ``data.image_key`` default): a list of ``{"bytes": PNG}``."""
+
+
+def row_images(cell: Any, where: str) -> list[Any]:
+    """The images of a row's ``images`` cell as ``[H, W, 3]`` uint8 arrays (decoded from PNG bytes)."""
+    import io
+
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    items = [] if cell is None else list(cell)
+    out = []
+    for item in items:
+        data = item.get("bytes") if isinstance(item, dict) else None
+        if not isinstance(data, bytes):
+            raise SFTDataError(f"{where}: each image must be {{'bytes': PNG bytes}}, got {item!r:.100}")
+        try:
+            out.append(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+        except (UnidentifiedImageError, OSError) as exc:
+            raise SFTDataError(f"{where}: an image does not decode ({exc})") from None
+    return out
+
+
+def with_image_parts(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with its ``<image>`` placeholders as ``{"type": "image"}`` chat parts (as the rollout's prompts
+    hold them); a message without placeholders is unchanged."""
+    content = message["content"]
+    if not isinstance(content, str) or IMAGE_PLACEHOLDER not in content:
+        return message
+    parts: list[dict[str, str]] = []
+    for i, text in enumerate(content.split(IMAGE_PLACEHOLDER)):
+        if i:
+            parts.append({"type": "image"})
+        if text:
+            parts.append({"type": "text", "text": text})
+    return {"role": message["role"], "content": parts}
 
 
 def data_texts(path: str) -> list[str]:
@@ -200,7 +267,39 @@ def _last_turn_dataset_class() -> type:
             row["loss_mask"] = keep_last_run(row["loss_mask"])
             return row
 
+        def _build_messages(self, example: dict) -> list:
+            # rows with images: the placeholders become image parts holding PIL images, here (verl's version decodes
+            # {"bytes": ...} through qwen_vl_utils, not a dependency, and resizes; the rollout hands the processor
+            # the env's pixels as they are)
+            images = example.get(self.image_key)
+            if images is None or len(images) == 0:
+                return super()._build_messages(example)
+            pictures = iter([_pil(image) for image in images])
+            messages = []
+            for message in example[self.messages_key]:
+                message = with_image_parts(dict(message))
+                if isinstance(message["content"], list):
+                    message["content"] = [
+                        {"type": "image", "image": next(pictures)} if part["type"] == "image" else part
+                        for part in message["content"]
+                    ]
+                messages.append(message)
+            if next(pictures, None) is not None:
+                raise SFTDataError("a row holds more images than <image> placeholders (check_data should have said)")
+            return messages
+
     return LastTurnSFTDataset
+
+
+def _pil(image: Any) -> Any:
+    """A row's image (``{"bytes": PNG}`` or a PIL image) as an RGB PIL image."""
+    import io
+
+    from PIL import Image
+
+    if isinstance(image, dict) and isinstance(image.get("bytes"), bytes):
+        return Image.open(io.BytesIO(image["bytes"])).convert("RGB")
+    return image
 
 
 def keep_last_run(mask: Any) -> Any:

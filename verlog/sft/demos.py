@@ -12,7 +12,13 @@ puts loss on every assistant message, so :mod:`verlog.sft` uses :class:`verlog.s
 which keeps the loss on the final answer only (the tokens the policy generates in RL). docs/sft.md says more.
 
 Experts: minigrid's BabyAI bot for ``babyai/*`` (:class:`envs.babyai.expert.BabyAIExpert`), the planner
-:func:`envs.babaisai.solve` for ``babaisai/*``. An episode the expert does not win is left out (and counted).
+:func:`envs.babaisai.solve` for ``babaisai/*``, the colour's answer for ``toy/visual``. An episode the expert does not
+win is left out (and counted).
+
+**Images** (``max_image_history`` > 0, a vision-language model's processor counting image tokens): the env draws its
+frames and each row's prompt shows the newest ones as the rollout's does. A row's messages then hold one ``<image>``
+placeholder per image (verl's ``MultiTurnSFTDataset`` convention) and its ``images`` column the frames as PNG bytes
+(``{"bytes": ...}``), in prompt order.
 
 Seeds: episode ``i`` uses seed ``seed_start + i``; every seed tried is written to ``demos.json`` next to the parquet
 files, so evaluation can use disjoint seeds (:func:`used_seeds`).
@@ -62,7 +68,15 @@ def _babaisai_expert(env: Any) -> Expert:
     return lambda: next(steps, None)
 
 
-EXPERTS: dict[str, Callable[[Any], Expert]] = {"babyai/": _babyai_expert, "babaisai/": _babaisai_expert}
+def _visual_toy_expert(env: Any) -> Expert:
+    return lambda: env.answer  # the action the square's colour names (envs/toy_visual.py)
+
+
+EXPERTS: dict[str, Callable[[Any], Expert]] = {
+    "babyai/": _babyai_expert,
+    "babaisai/": _babaisai_expert,
+    "toy/visual": _visual_toy_expert,
+}
 """Env id prefix -> builder of an expert for a freshly reset env of that family."""
 
 
@@ -112,11 +126,13 @@ def format_answer(think: str, action: str, answer_format: str = "cot") -> str:
 # ------------------------------------------------------------------------------------------------ episodes
 @dataclass
 class DemoTurn:
-    """One turn of a demonstration: the prompt messages (the memory window) and the expert's answer."""
+    """One turn of a demonstration: the prompt messages (the memory window), the expert's answer and the prompt's
+    images (``[H, W, 3]`` uint8 each, in the order of the messages' image parts; empty for text)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     answer: str
     action: str
+    images: list[Any] = field(default_factory=list)
 
     def conversation(self) -> list[dict[str, str]]:
         """The SFT conversation: the prompt messages, then the answer as the final assistant message."""
@@ -149,6 +165,8 @@ class DemoConfig:
         val_episodes: the last this-many successful episodes go to ``val.parquet`` instead of ``train.parquet``.
         answer_format: ``cot`` (THINK then ACTION) or ``action`` (the ACTION line alone): the answers and the
             prompt's format instruction (the RL config's ``memory.answer_format``).
+        max_image_history: the newest this-many observations show their image (the RL config's
+            ``memory.max_image_history``); > 0 needs a vision-language model's image token counter.
     """
 
     env_id: str
@@ -160,6 +178,7 @@ class DemoConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     val_episodes: int = 0
     answer_format: str = "cot"
+    max_image_history: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -177,6 +196,13 @@ class DemoConfig:
             )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise DemoError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
+        if self.max_image_history < 0:
+            raise DemoError(f"max_image_history must be >= 0 (0: text only), got {self.max_image_history}")
+
+    @property
+    def memory(self) -> MemoryConfig:
+        """The RL memory settings the prompts are built with."""
+        return MemoryConfig(self.memory_n, self.keep_reasoning_turns, self.answer_format, self.max_image_history)
 
     @property
     def seeds(self) -> list[int]:
@@ -218,17 +244,22 @@ def record_episode(
     The expert's answer goes to ``env.step`` as text, like a model's; each turn's messages come from ``memory``
     through the rollout's stepper (with ``tokenizer`` and ``max_prompt_tokens``: after the same token budget).
 
+    A ``memory`` that shows images (``max_image_history`` > 0, with its image token counter) makes the env draw them.
+
     Raises:
         DemoError: the env has no expert, or rejected an expert answer (the answer format and the parser disagree).
     """
     import envs
 
     build_expert = expert_builder(env_id)
-    kwargs = dict(env_kwargs or {})
-    local = LocalEnv(envs.make(env_id, **kwargs), rebuild=lambda: envs.make(env_id, **kwargs))
     if memory is None:
         memory = SlidingMemory.from_config(MemoryConfig(answer_format=answer_format))
-    pool = local.pool()
+    images = memory.max_image_history > 0
+    if images and memory.image_tokens is None:
+        raise DemoError("a memory with max_image_history > 0 needs the model's image token counter (image_tokens)")
+    kwargs = {**(env_kwargs or {}), **({"images": True} if images else {})}
+    local = LocalEnv(envs.make(env_id, **kwargs), rebuild=lambda: envs.make(env_id, **kwargs))
+    pool = local.pool(keep_images=images)
     try:
         stepper = EpisodeStepper(
             pool, tokenizer, [memory], max_prompt_tokens=max_prompt_tokens, bootstrap_prompts=False
@@ -248,7 +279,9 @@ def record_episode(
                     f"{turn.info.get('action')!r} (valid={turn.info.get('action_valid')}); the answer format and the "
                     "env's parse_mode disagree"
                 )
-            episode.turns.append(DemoTurn(messages=turn.prompt.messages, answer=row.response_text, action=row.action))
+            episode.turns.append(
+                DemoTurn(turn.prompt.messages, row.response_text, row.action, images=list(turn.prompt.images))
+            )
             episode.ret += row.reward
             if turn.episode is not None:
                 episode.success = bool(row.success)
@@ -261,13 +294,14 @@ def generate_demos(
     config: DemoConfig,
     tokenizer: Any = None,
     progress: Callable[[int, DemoEpisode], None] | None = None,
+    image_tokens: Callable[[Any], int] | None = None,
 ) -> list[DemoEpisode]:
-    """Every episode of ``config`` (successful or not), in seed order; ``progress(i, episode)`` after each."""
+    """Every episode of ``config`` (successful or not), in seed order; ``progress(i, episode)`` after each.
+    ``image_tokens`` (a vision-language model's tokens per image, :class:`verlog.models.vision.ImageTokenCounter`)
+    is needed when ``config.max_image_history`` > 0."""
     out = []
     for i, seed in enumerate(config.seeds):
-        memory = SlidingMemory.from_config(
-            MemoryConfig(config.memory_n, config.keep_reasoning_turns, config.answer_format)
-        )
+        memory = SlidingMemory.from_config(config.memory, image_tokens)
         episode = record_episode(
             config.env_id,
             seed,
@@ -285,17 +319,40 @@ def generate_demos(
 
 # ------------------------------------------------------------------------------------------------ files
 def episode_rows(episode: DemoEpisode) -> list[dict[str, Any]]:
-    """The SFT rows of one episode: ``messages`` (verl's MultiTurnSFTDataset column) and bookkeeping columns."""
-    return [
-        {
-            "messages": turn.conversation(),
-            "env_id": episode.env_id,
-            "seed": episode.seed,
-            "turn": t,
-            "action": turn.action,
-        }
-        for t, turn in enumerate(episode.turns)
-    ]
+    """The SFT rows of one episode: ``messages`` (verl's MultiTurnSFTDataset column), with images an ``images``
+    column (see the module docstring), and bookkeeping columns."""
+    rows = []
+    for t, turn in enumerate(episode.turns):
+        row: dict[str, Any] = {"messages": [placeholder_message(m) for m in turn.conversation()]}
+        if turn.images:
+            row["images"] = [{"bytes": png_bytes(image)} for image in turn.images]
+        rows.append({**row, "env_id": episode.env_id, "seed": episode.seed, "turn": t, "action": turn.action})
+    return rows
+
+
+IMAGE_PLACEHOLDER = "<image>"
+"""Where an image stands in a row's message text (verl's MultiTurnSFTDataset splits the text there)."""
+
+
+def placeholder_message(message: dict[str, Any]) -> dict[str, str]:
+    """``message`` with string content: a list of chat parts becomes its texts with :data:`IMAGE_PLACEHOLDER` for
+    each image part."""
+    content = message["content"]
+    if isinstance(content, list):
+        content = "".join(IMAGE_PLACEHOLDER if p.get("type") == "image" else str(p.get("text", "")) for p in content)
+    return {"role": message["role"], "content": content}
+
+
+def png_bytes(image: Any) -> bytes:
+    """The PNG encoding of an ``[H, W, 3]`` uint8 image (lossless: SFT sees the rollout's pixels)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def write_demos(episodes: Sequence[DemoEpisode], out_dir: str | Path, config: DemoConfig) -> dict[str, Any]:
@@ -336,6 +393,7 @@ def write_demos(episodes: Sequence[DemoEpisode], out_dir: str | Path, config: De
         "rows_train": len(train_rows),
         "rows_val": len(val_rows),
         "mean_turns": sum(len(e.turns) for e in kept) / len(kept),
+        "images_per_row": sum(len(t.images) for e in kept for t in e.turns) / sum(len(e.turns) for e in kept),
         "files": files,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -239,7 +239,7 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False, verbose: bool = False) 
     else:
         train_file, val_file = resolve_data(config.data)
         tokenizer, trained = model_tokenizer(config.model, train_file)
-    report, val_file = _check_rows(config, train_file, val_file, tokenizer)
+    report, val_file = _check_rows(config, train_file, val_file, tokenizer, _image_tokens(config, train_file))
     t = config.train
     steps_per_epoch = (report.rows // t.nproc) // (t.batch_size // t.nproc)  # each rank drops its incomplete batch
     if t.steps is not None and t.steps > t.epochs * steps_per_epoch:  # verl stops after the epochs, saving nothing
@@ -277,15 +277,40 @@ def run_sft(config: SFTConfig, *, dry_run: bool = False, verbose: bool = False) 
     return SFTResult(str(model_dir), str(checkpoint), last_step, losses, val_losses, report, wall, command)
 
 
+def _image_tokens(config: SFTConfig, train_file: str) -> Any:
+    """For rows with images (an ``images`` column): the tokens per image of ``model.path``'s processor, which must be
+    a vision-language model folder (SFTConfigError naming the fix otherwise); None for text rows."""
+    import pyarrow.parquet as pq
+
+    from verlog.sft.data import IMAGES_COLUMN
+
+    if IMAGES_COLUMN not in pq.read_schema(train_file).names:
+        return None
+    from verlog.errors import ImageSetupError
+    from verlog.models.vision import ImageTokenCounter, is_vision_model, load_vision_processor
+
+    if _will_build(config.model) or not is_vision_model(config.model.path):
+        raise SFTConfigError(
+            f"{train_file} has images: model.path must be a vision-language model folder (a config.json with a "
+            "vision_config, and its processor; e.g. `verlog tiny-model --vision OUT`, then model.path=OUT "
+            "model.build_tiny=false)"
+        )
+    try:
+        return ImageTokenCounter(load_vision_processor(config.model.path))
+    except ImageSetupError as exc:
+        raise SFTConfigError(f"model.path: {exc}") from None
+
+
 def _check_rows(
-    config: SFTConfig, train_file: str, val_file: str | None, tokenizer: Any
+    config: SFTConfig, train_file: str, val_file: str | None, tokenizer: Any, image_tokens: Any = None
 ) -> tuple[DataReport, str | None]:
     """The train file's :class:`DataReport` and the validation file to use (None when it has fewer rows than a
     batch: verl would average zero batches into a nan val/loss). Raises SFTConfigError when the train file has fewer
     rows than a batch."""
-    report = check_data(train_file, tokenizer, config.data.max_length, config.data.loss_on)
+    data = config.data
+    report = check_data(train_file, tokenizer, data.max_length, data.loss_on, image_tokens=image_tokens)
     if val_file:
-        val_rows = check_data(val_file, tokenizer, config.data.max_length, config.data.loss_on).rows
+        val_rows = check_data(val_file, tokenizer, data.max_length, data.loss_on, image_tokens=image_tokens).rows
         if val_rows < config.train.batch_size:
             print(f"[verlog sft] {val_file} has {val_rows} rows < train.batch_size: no validation", flush=True)
             val_file = None
