@@ -93,3 +93,50 @@ verlog_recipe() {
     echo "[$name] ${cmd[*]}"
     "${cmd[@]}"
 }
+
+# verlog_ppo_recipe NAME RUN_NAME ENV_OVERRIDE... -- SETTING=VALUE... -- "$@"
+# Verlog's multi-turn PPO on GPUs, the shape every recipe in recipes/<env>/ shares: the env's overrides, then the
+# recipe's numbers, each SETTING required: model (configs/model/), model_path (MODEL_PATH wins), hardware
+# (configs/hardware/), gpus (GPUS_PER_NODE wins), slots x turns (rollout.num_slots, rollout.turns_per_slot),
+# prompt_tokens, response_tokens, warmup_rollout_multiplier, warmup_critic_updates, iterations (ITERATIONS wins),
+# save_freq (checkpoint.save_freq). Verlog's fixed settings come with them: 2 mini-batches, memory n = 1, no
+# critic-only iterations (the warm-up is the larger first rollout), checkpoints with a Hugging Face export;
+# nodes from NNODES [1], output_dir from OUTPUT_DIR [outputs/RUN_NAME]. Runs verlog_recipe with the user's arguments.
+VERLOG_PPO_SETTINGS=(model model_path hardware gpus slots turns prompt_tokens response_tokens
+    warmup_rollout_multiplier warmup_critic_updates iterations save_freq)
+verlog_ppo_recipe() {
+    local name="$1" run_name="$2"
+    shift 2
+    local env=()
+    while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+        env+=("$1")
+        shift
+    done
+    [ "$#" -gt 0 ] && shift # the "--" before the settings
+    local -A setting=()
+    while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+        setting["${1%%=*}"]="${1#*=}"
+        shift
+    done
+    [ "$#" -gt 0 ] && shift # the "--" before the user's arguments
+    local key
+    for key in "${VERLOG_PPO_SETTINGS[@]}"; do
+        if [ -z "${setting[$key]+set}" ]; then
+            echo "[$name] verlog_ppo_recipe: the recipe sets no $key= (it needs ${VERLOG_PPO_SETTINGS[*]})" >&2
+            return 1
+        fi
+    done
+    verlog_recipe "$name" "${env[@]}" \
+        model="${setting[model]}" model.path="${MODEL_PATH:-${setting[model_path]}}" \
+        hardware="${setting[hardware]}" hardware.n_gpus_per_node="${GPUS_PER_NODE:-${setting[gpus]}}" \
+        hardware.nnodes="${NNODES:-1}" \
+        rollout.num_slots="${setting[slots]}" rollout.turns_per_slot="${setting[turns]}" \
+        rollout.max_prompt_tokens="${setting[prompt_tokens]}" rollout.max_response_tokens="${setting[response_tokens]}" \
+        algorithm.mini_batches=2 memory.n=1 algorithm.critic_warmup=0 \
+        algorithm.warmup_rollout_multiplier="${setting[warmup_rollout_multiplier]}" \
+        algorithm.warmup_critic_updates="${setting[warmup_critic_updates]}" \
+        iterations="${ITERATIONS:-${setting[iterations]}}" checkpoint.save_freq="${setting[save_freq]}" \
+        output_dir="${OUTPUT_DIR:-outputs/$run_name}" run_name="$run_name" \
+        verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
+        -- "$@"
+}

@@ -21,15 +21,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 TASK="${TASK:-goto}"
-verlog_recipe babyai-qwen2.5-3b_4xa40 \
-    env=babyai env.task="$TASK" \
-    model=qwen2.5-3b-instruct model.path="${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}" \
-    hardware=4xa40 hardware.n_gpus_per_node="${GPUS_PER_NODE:-4}" hardware.nnodes="${NNODES:-1}" \
-    rollout.num_slots=32 rollout.turns_per_slot=8 \
-    rollout.max_prompt_tokens=1024 rollout.max_response_tokens=512 \
-    algorithm.mini_batches=2 memory.n=1 \
-    algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=40 algorithm.warmup_critic_updates=5 \
-    iterations="${ITERATIONS:-300}" checkpoint.save_freq=20 \
-    output_dir="${OUTPUT_DIR:-outputs/babyai-$TASK-qwen2.5-3b}" run_name="babyai-$TASK-qwen2.5-3b" \
-    verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
+verlog_ppo_recipe babyai-qwen2.5-3b_4xa40 "babyai-$TASK-qwen2.5-3b" env=babyai env.task="$TASK" -- \
+    model=qwen2.5-3b-instruct model_path=Qwen/Qwen2.5-3B-Instruct hardware=4xa40 gpus=4 \
+    slots=32 turns=8 prompt_tokens=1024 response_tokens=512 \
+    warmup_rollout_multiplier=40 warmup_critic_updates=5 iterations=300 save_freq=20 \
     -- "$@"

@@ -22,15 +22,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 TASK="${TASK:-default}"
-verlog_recipe crafter-qwen2.5-7b_8xh100 \
-    env=crafter env.task="$TASK" env.kwargs.text_variant=v1 \
-    model=qwen2.5-7b-instruct model.path="${MODEL_PATH:-Qwen/Qwen2.5-7B-Instruct}" \
-    hardware=8xh100 hardware.n_gpus_per_node="${GPUS_PER_NODE:-8}" hardware.nnodes="${NNODES:-1}" \
-    rollout.num_slots=128 rollout.turns_per_slot=16 \
-    rollout.max_prompt_tokens=4096 rollout.max_response_tokens=512 \
-    algorithm.mini_batches=2 memory.n=1 \
-    algorithm.critic_warmup=0 algorithm.warmup_rollout_multiplier=20 algorithm.warmup_critic_updates=20 \
-    iterations="${ITERATIONS:-170}" checkpoint.save_freq=10 \
-    output_dir="${OUTPUT_DIR:-outputs/crafter-qwen2.5-7b}" run_name="crafter-qwen2.5-7b" \
-    verl.actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] \
+verlog_ppo_recipe crafter-qwen2.5-7b_8xh100 crafter-qwen2.5-7b env=crafter env.task="$TASK" env.kwargs.text_variant=v1 -- \
+    model=qwen2.5-7b-instruct model_path=Qwen/Qwen2.5-7B-Instruct hardware=8xh100 gpus=8 \
+    slots=128 turns=16 prompt_tokens=4096 response_tokens=512 \
+    warmup_rollout_multiplier=20 warmup_critic_updates=20 iterations=170 save_freq=10 \
     -- "$@"
