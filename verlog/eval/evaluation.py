@@ -33,6 +33,7 @@ from verlog.eval.runner import EpisodeRecord, play_episodes
 from verlog.models.vision import ImageTokenCounter, load_vision_processor
 from verlog.prompting.memory import MemoryConfig, SlidingMemory
 from verlog.prompting.sampling import SamplingConfig
+from verlog.run.files import nested_value
 from verlog.tapes.record import TurnLogWriter, iter_turn_logs
 
 
@@ -220,7 +221,7 @@ def other_evaluation(out_dir: str | Path, settings: dict[str, Any]) -> str | Non
         return None
     differs = []
     for key, option in SETTING_OPTIONS.items():
-        then, now = _select(before, key), _select(settings, key)
+        then, now = nested_value(before, key, _ABSENT), nested_value(settings, key, _ABSENT)
         if key == "protocol.seeds" and isinstance(then, list) and isinstance(now, list):
             same = then[: len(now)] == now[: len(then)]  # the seeds of the episodes both have
         elif key == "model.path" and isinstance(then, str):
@@ -239,15 +240,6 @@ def other_evaluation(out_dir: str | Path, settings: dict[str, Any]) -> str | Non
 
 
 _ABSENT = object()
-
-
-def _select(data: dict[str, Any], key: str) -> Any:
-    value: Any = data
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
 
 
 def _shown(value: Any) -> str:

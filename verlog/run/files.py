@@ -167,3 +167,14 @@ def write_atomically(path: str | Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def nested_value(data: Any, key: str, missing: Any = None) -> Any:
+    """The value at the dotted ``key`` (``"algorithm.step_gamma"``) of nested dicts, as a saved ``config.yaml`` or
+    ``summary.json`` reads; ``missing`` when a part of the key is absent or its parent is not a dict."""
+    value = data
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return missing
+        value = value[part]
+    return value

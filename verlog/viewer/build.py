@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from verlog.run.files import nested_value
 from verlog.run.folder import VIEW_PAGE
 from verlog.tapes.record import SCHEMA_VERSION, TurnLog
 from verlog.tapes.recorders import split_response
@@ -212,12 +213,7 @@ def summary_payload(run: RunData, episodes: list[dict[str, Any]]) -> list[list[A
     cfg = run.config
 
     def get(path: str) -> Any:
-        node: Any = cfg
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return node
+        return nested_value(cfg, path)
 
     if run.kind == "train":
         for label, path in (

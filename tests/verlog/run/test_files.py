@@ -17,6 +17,7 @@ from verlog.run.files import (
     TornLine,
     append_jsonl,
     json_lines,
+    nested_value,
     parse_lines,
     read_jsonl,
     write_atomically,
@@ -127,3 +128,12 @@ def test_a_reader_never_sees_a_partial_file_while_it_is_rewritten(tmp_path: Path
         reads += 1
     assert writer.returncode == 0 and reads > 0
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_nested_value_reads_a_dotted_key_and_names_what_is_missing() -> None:
+    config = {"algorithm": {"step_gamma": 0.99, "lam": None}, "iterations": 3, "env": "babyai"}
+    assert nested_value(config, "algorithm.step_gamma") == 0.99 and nested_value(config, "iterations") == 3
+    assert nested_value(config, "algorithm.lam", missing="absent") is None  # a null value is a value
+    absent = object()
+    for key in ("algorithm.step_lam", "model.path", "env.id"):  # an absent key, an absent parent, a parent not a dict
+        assert nested_value(config, key) is None and nested_value(config, key, absent) is absent
