@@ -102,19 +102,9 @@ def run_episodes(
     sampling: SamplingConfig,
     *,
     memory: MemoryConfig | None = None,
-    max_prompt_tokens: int | None = 1024,
-    concurrency: int | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    max_steps: int | None = None,
-    turn_log: TurnLogWriter | None = None,
-    on_episode: Callable[[EpisodeRecord], None] | None = None,
     generation_retries: int = 1,
-    in_process: bool = True,
-    num_workers: int | None = None,
-    step_timeout: float | None = 60.0,
-    backend: str | None = None,
-    ray_options: dict[str, Any] | None = None,
     image_tokens: Callable[[Any], int] | None = None,
+    **play: Any,
 ) -> list[EpisodeRecord]:
     """Play every episode of ``specs`` to its end; records come back in the order of ``specs``.
 
@@ -125,22 +115,14 @@ def run_episodes(
         sampling: sampling settings (temperature, max_tokens...).
         memory: the memory settings, training's ``memory`` section (past turns ``n``, ``keep_reasoning_turns``, the
             prompt's ``answer_format``); None: :class:`verlog.prompting.memory.MemoryConfig`'s defaults, training's.
-        max_prompt_tokens: prompt budget; the memory drops old turns to fit (None: no limit).
-        concurrency: most episodes open at once (None: all of them).
-        env_kwargs: keyword arguments for every env (``envs.make``'s).
-        max_steps: step limit override (None: the env's own).
-        turn_log: where to write one :class:`verlog.tapes.record.TurnLog` per turn, or None.
-        on_episode: called with each finished episode's record (progress output, saving as you go).
         generation_retries: retries of a failed generation before it becomes an invalid answer (training's
             ``rollout.generation_retries``).
-        in_process: step the envs in this process (env exceptions still end only their episode) or, False, in
-            ``num_workers`` subprocess workers (a dead or hung worker is replaced too; ``step_timeout`` seconds).
-        backend: the env pool's backend (``subprocess``, ``ray``, ``in_process``; None: from ``in_process``), and
-            ``ray_options`` its Ray workers' requests (``envs.pool.EnvPool``): evaluation inside training places its
-            envs where training's are.
         image_tokens: a vision-language model's tokens per image (``verlog.models.vision.ImageTokenCounter``),
             needed when ``memory.max_image_history`` > 0: then the envs draw their images and the newest observations
             are shown with them, as in training.
+        play: :func:`play_episodes`'s keyword arguments (``max_prompt_tokens``, ``concurrency``, ``env_kwargs``,
+            ``max_steps``, ``turn_log``, ``on_episode``, ``in_process``, ``num_workers``, ``step_timeout``,
+            ``backend``, ``ray_options``), passed on as given.
     """
     memory = memory if memory is not None else MemoryConfig()
     images = memory.max_image_history > 0
@@ -152,18 +134,8 @@ def run_episodes(
         policy,
         tokenizer,
         memory_factory=lambda: SlidingMemory.from_config(memory, image_tokens),
-        max_prompt_tokens=max_prompt_tokens,
-        concurrency=concurrency,
-        env_kwargs=env_kwargs,
-        max_steps=max_steps,
-        turn_log=turn_log,
-        on_episode=on_episode,
-        in_process=in_process,
-        num_workers=num_workers,
-        step_timeout=step_timeout,
-        backend=backend,
-        ray_options=ray_options,
         images=images,
+        **play,
     )
 
 
@@ -186,7 +158,22 @@ def play_episodes(
     ray_options: dict[str, Any] | None = None,
     images: bool = False,
 ) -> list[EpisodeRecord]:
-    """:func:`run_episodes` with any :class:`~verlog.rollout.stepper.Policy` (and a memory factory)."""
+    """:func:`run_episodes` with any :class:`~verlog.rollout.stepper.Policy` (and a memory factory).
+
+    Args:
+        max_prompt_tokens: prompt budget; the memory drops old turns to fit (None: no limit).
+        concurrency: most episodes open at once (None: all of them).
+        env_kwargs: keyword arguments for every env (``envs.make``'s).
+        max_steps: step limit override (None: the env's own).
+        turn_log: where to write one :class:`verlog.tapes.record.TurnLog` per turn, or None.
+        on_episode: called with each finished episode's record (progress output, saving as you go).
+        in_process: step the envs in this process (env exceptions still end only their episode) or, False, in
+            ``num_workers`` subprocess workers (a dead or hung worker is replaced too; ``step_timeout`` seconds).
+        backend: the env pool's backend (``subprocess``, ``ray``, ``in_process``; None: from ``in_process``), and
+            ``ray_options`` its Ray workers' requests (``envs.pool.EnvPool``): evaluation inside training places its
+            envs where training's are.
+        images: the envs draw their images (the memory shows the newest observations with them).
+    """
     from envs.pool import EnvPool
 
     if concurrency is not None and concurrency < 1:
