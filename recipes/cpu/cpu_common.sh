@@ -1,5 +1,5 @@
-# Shared by the CPU recipes (quickstart.sh, sweep_toy.sh, curriculum_toy.sh, and the learning recipes through
-# learn_common.sh): sourced, never run alone. It defines functions and runs nothing.
+# Shared by the CPU recipes (quickstart.sh, sweep_toy.sh, curriculum_toy.sh, and the learning recipes, which source
+# it first and learn_common.sh last): sourced, never run alone. It defines functions and runs nothing.
 
 # cpu_environment: the settings every CPU run exports: Ray without an auth token and without usage reporting,
 # Hugging Face offline (the models are built here), no vLLM usage reporting, single-threaded tokenizers
@@ -39,4 +39,23 @@ toy_recipe_setup() {
     DRY_RUN=0
     for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY_RUN=1; done
     return 0
+}
+
+# smoke_budgets: with SMOKE=1, the learning recipes' tiny budgets, which check a chain end to end in minutes; each
+# only where still unset, so the user's settings win, and so does what a recipe set before calling this (a recipe's
+# own defaults after the call, VAR="${VAR:-default}", are its full run's). Without SMOKE=1 it sets nothing.
+smoke_budgets() {
+    [ "${SMOKE:-0}" = 1 ] || return 0
+    MAX_STEPS="${MAX_STEPS:-6}"
+    DEMO_EPISODES="${DEMO_EPISODES:-24}"
+    DEMO_VAL_EPISODES="${DEMO_VAL_EPISODES:-0}"
+    SFT_STEPS="${SFT_STEPS:-3}"
+    SFT_BATCH="${SFT_BATCH:-8}"
+    WARM_START_STEPS="${WARM_START_STEPS:-3}"
+    EPISODES="${EPISODES:-4}"
+    PPO_ITERATIONS="${PPO_ITERATIONS:-2}"
+    PPO_SLOTS="${PPO_SLOTS:-2}"
+    PPO_TURNS="${PPO_TURNS:-4}"
+    CRITIC_WARMUP="${CRITIC_WARMUP:-0}"
+    EVAL_EVERY="${EVAL_EVERY:-0}"
 }

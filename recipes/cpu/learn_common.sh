@@ -16,7 +16,8 @@
 #   DEFAULT_OUTPUT_DIR, DEFAULT_RESULTS
 # Optional: PPO_ENV_OVERRIDES, an array of env.kwargs.* overrides that make PPO's env (the config group's) the one of
 #                 ENV_KWARGS_JSON where that sets keys the config group does not
-# and any default below (a recipe's own defaults win over these: every line is VAR="${VAR:-default}").
+# and any default below (a recipe's own defaults win over these: every line is VAR="${VAR:-default}"). A recipe
+# sources cpu_common.sh and calls smoke_budgets before its own defaults, so SMOKE=1 keeps the tiny budgets there.
 #
 # Checks before anything runs (exit 2, one line naming the fix): overlapping seed ranges; LONG_HORIZON=1 with
 # PPO_TURNS not below MAX_STEPS (no episode would span iterations); after the start model's evaluation, a start
@@ -39,22 +40,12 @@ for arg in "$@"; do
     esac
 done
 
+source "$ROOT/recipes/cpu/cpu_common.sh"
 SMOKE="${SMOKE:-0}"
 if [ "$SMOKE" = 1 ]; then
     OUTPUT_DIR="${OUTPUT_DIR:-$DEFAULT_OUTPUT_DIR-smoke}"
     RESULTS="${RESULTS:-$OUTPUT_DIR/results.md}"
-    MAX_STEPS="${MAX_STEPS:-6}"
-    DEMO_EPISODES="${DEMO_EPISODES:-24}"
-    DEMO_VAL_EPISODES="${DEMO_VAL_EPISODES:-0}"
-    SFT_STEPS="${SFT_STEPS:-3}"
-    SFT_BATCH="${SFT_BATCH:-8}"
-    WARM_START_STEPS="${WARM_START_STEPS:-3}"
-    EPISODES="${EPISODES:-4}"
-    PPO_ITERATIONS="${PPO_ITERATIONS:-2}"
-    PPO_SLOTS="${PPO_SLOTS:-2}"
-    PPO_TURNS="${PPO_TURNS:-4}"
-    CRITIC_WARMUP="${CRITIC_WARMUP:-0}"
-    EVAL_EVERY="${EVAL_EVERY:-0}"
+    smoke_budgets # a recipe that called it already set them (the user's and the recipe's earlier settings win)
     START_BOUND="${START_BOUND:-}"
 fi
 OUTPUT_DIR="${OUTPUT_DIR:-$DEFAULT_OUTPUT_DIR}"
@@ -204,7 +195,6 @@ if [ -n "$SFT_SCAN" ]; then
         unset -n range
     done
 fi
-source "$ROOT/recipes/cpu/cpu_common.sh"
 [ "$DRY_RUN" = 1 ] || require_python "$RECIPE"
 
 cpu_environment

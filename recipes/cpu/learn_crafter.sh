@@ -30,19 +30,21 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RECIPE=learn-crafter
+source "$ROOT/recipes/cpu/cpu_common.sh"
+smoke_budgets # SMOKE=1: the tiny budgets (cpu_common.sh); the settings below are the full run's
 TASK=default
-MAX_STEPS="${MAX_STEPS:-$([ "${SMOKE:-0}" = 1 ] && echo 6 || echo 100)}"
+MAX_STEPS="${MAX_STEPS:-100}"
 TIME_LIMIT="${TIME_LIMIT:-truncate}"
 FORMAT_PENALTY="${FORMAT_PENALTY:-0.1}"
 LONG_HORIZON=1
 START=warm_start
 TOKENIZER_FROM_DATA="${TOKENIZER_FROM_DATA:-true}"
-EPISODES="${EPISODES:-$([ "${SMOKE:-0}" = 1 ] && echo 4 || echo 100)}"
-PPO_SLOTS="${PPO_SLOTS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 16)}"
-PPO_TURNS="${PPO_TURNS:-$([ "${SMOKE:-0}" = 1 ] && echo 4 || echo 10)}"
+EPISODES="${EPISODES:-100}"
+PPO_SLOTS="${PPO_SLOTS:-16}"
+PPO_TURNS="${PPO_TURNS:-10}"
 PPO_PROMPT_TOKENS="${PPO_PROMPT_TOKENS:-768}"
-PPO_ITERATIONS="${PPO_ITERATIONS:-$([ "${SMOKE:-0}" = 1 ] && echo 2 || echo 100)}"
-EVAL_EVERY="${EVAL_EVERY:-$([ "${SMOKE:-0}" = 1 ] && echo 0 || echo 25)}"
+PPO_ITERATIONS="${PPO_ITERATIONS:-100}"
+EVAL_EVERY="${EVAL_EVERY:-25}"
 EVAL_EPISODES_IN_TRAINING="${EVAL_EPISODES_IN_TRAINING:-16}"
 SINGLE_GAE="${SINGLE_GAE:-0}"
 BOUNDARY_CUT="${BOUNDARY_CUT:-0}"

@@ -48,8 +48,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RECIPE=self-improve-babyai
+source "$ROOT/recipes/cpu/cpu_common.sh"
+smoke_budgets # SMOKE=1: the tiny budgets (cpu_common.sh); the settings below are the full run's
 TASK="${TASK:-goto}"
-MAX_STEPS="${MAX_STEPS:-$([ "${SMOKE:-0}" = 1 ] && echo 6 || echo 12)}"
+MAX_STEPS="${MAX_STEPS:-12}"
 FORMAT_PENALTY="${FORMAT_PENALTY:-0.2}"
 ENV_CONFIG=babyai_goto
 ENV_ID="babyai/$TASK"
