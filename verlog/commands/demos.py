@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from typing import Any
 
 from verlog.commands.common import (
@@ -139,18 +140,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no scripted expert for env {args.env_id!r}: demonstrations exist for {families}")
     build_env(args.env_id, env_kwargs, "--env-kwargs", seed=args.seed_start).close()
     try:
-        config = DemoConfig(
-            env_id=args.env_id,
-            episodes=args.episodes,
-            seed_start=args.seed_start,
-            memory_n=args.memory_n,
-            keep_reasoning_turns=args.keep_reasoning_turns,
-            max_prompt_tokens=args.max_prompt_tokens,
-            env_kwargs=env_kwargs,
-            val_episodes=args.val_episodes,
-            answer_format=args.answer_format,
-            max_image_history=args.max_image_history,
-        )
+        # every field of DemoConfig is the option of its name (--env-kwargs as parsed above)
+        options = {f.name: getattr(args, f.name) for f in fields(DemoConfig) if f.name != "env_kwargs"}
+        config = DemoConfig(**options, env_kwargs=env_kwargs)
     except DemoError as exc:
         raise UsageError(str(exc)) from None
     check_output_folder(args.out, "--out", force=args.force, what="demonstrations")
