@@ -1,5 +1,6 @@
 # Shared by the GPU recipes in recipes/<env>/: sourced, not run. Reads the run's settings from the environment and
-# the recipe's arguments, and launches (or, with --dry-run, only prints) `python -m verlog.train`.
+# the recipe's arguments, and launches (or, with --dry-run, only prints) `python -m verlog.train`. The CPU learning
+# recipes (recipes/cpu/learn_common.sh) take their arguments with its recipe_arguments too.
 #
 # Arguments of every recipe:  [--dry-run] [--help] [Hydra override ...]
 #   --dry-run   print the command and the resolved config (checked like a real launch) and start nothing:
@@ -27,6 +28,25 @@
 
 VERLOG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# recipe_arguments ON_OTHER ARG...: a recipe's arguments, in their order: --dry-run sets DRY_RUN=1 (DRY_RUN=0
+# without it), -h/--help prints the recipe's header (its lines from the second to `set -euo pipefail`) and exits 0,
+# and any other argument is handed to the command ON_OTHER (which may add it to its caller's list, or refuse it)
+recipe_arguments() {
+    local on_other="$1" arg
+    shift
+    DRY_RUN=0
+    for arg in "$@"; do
+        case "$arg" in
+        --dry-run) DRY_RUN=1 ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$0" | sed '$d'
+            exit 0
+            ;;
+        *) "$on_other" "$arg" ;;
+        esac
+    done
+}
+
 # verlog_recipe NAME DEFAULT_OUTPUT -- RECIPE_OVERRIDES... -- "$@"
 # Parses the user's arguments (after the second --), then runs or dry-runs verlog.train with
 # the recipe's overrides followed by the user's.
@@ -39,17 +59,10 @@ verlog_recipe() {
         shift
     done
     [ "$#" -gt 0 ] && shift # the "--" between the recipe's overrides and the user's arguments
-    local dry_run=0 user=()
-    for arg in "$@"; do
-        case "$arg" in
-        --dry-run) dry_run=1 ;;
-        -h | --help)
-            sed -n '2,/^set -euo/p' "$0" | sed '$d'
-            return 0
-            ;;
-        *) user+=("$arg") ;;
-        esac
-    done
+    local user=()
+    # the user's Hydra overrides, after the recipe's (bash's dynamic scope: this appends to the local list above)
+    _user_override() { user+=("$1"); }
+    recipe_arguments _user_override "$@"
 
     local python="${PYTHON:-}"
     if [ -z "$python" ]; then
@@ -67,7 +80,7 @@ verlog_recipe() {
     local nnodes="${NNODES:-1}"
     if [ -n "${RAY_ADDRESS:-}" ]; then
         export RAY_ADDRESS
-    elif [ "$nnodes" != "1" ] && [ "$dry_run" = 0 ]; then
+    elif [ "$nnodes" != "1" ] && [ "$DRY_RUN" = 0 ]; then
         echo "[$name] NNODES=$nnodes needs a Ray cluster: run 'ray start --head --port=6379' on one node and" \
             "'ray start --address=<head-ip>:6379' on the others, then set RAY_ADDRESS=<head-ip>:6379" >&2
         return 1
@@ -77,7 +90,7 @@ verlog_recipe() {
     export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
     local cmd=("$python" -m verlog.train "${recipe[@]}" "${user[@]}")
-    if [ "$dry_run" = 1 ]; then
+    if [ "$DRY_RUN" = 1 ]; then
         echo "# recipe: $name (dry run)"
         if [ -n "${RAY_ADDRESS:-}" ]; then
             echo "# ray: attach to the cluster at $RAY_ADDRESS"

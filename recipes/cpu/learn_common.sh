@@ -24,21 +24,13 @@
 # above START_BOUND (success rate) when START_BOUND is set.
 # The whole recipe must be one { ... } block (see learn_babyai.sh): bash reads it all before running it.
 
-DRY_RUN=0
 declare -p PPO_ENV_OVERRIDES >/dev/null 2>&1 || PPO_ENV_OVERRIDES=()
-for arg in "$@"; do
-    case "$arg" in
-    --dry-run) DRY_RUN=1 ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "$0" | sed '$d'
-        exit 0
-        ;;
-    *)
-        echo "[$RECIPE] unknown argument '$arg': the settings are environment variables (see --help)" >&2
-        exit 2
-        ;;
-    esac
-done
+source "$ROOT/recipes/common.sh" # recipe_arguments: --dry-run, --help
+unknown_argument() {
+    echo "[$RECIPE] unknown argument '$1': the settings are environment variables (see --help)" >&2
+    exit 2
+}
+recipe_arguments unknown_argument "$@"
 
 source "$ROOT/recipes/cpu/cpu_common.sh"
 SMOKE="${SMOKE:-0}"
