@@ -27,6 +27,8 @@ def test_gpu_recipe_with_the_vlm_and_images_resolves_with_a_local_folder(tmp_pat
     assert (ro["num_slots"], ro["turns_per_slot"]) == (want["slots"], want["turns"])  # the recipe's numbers stay
     assert ro["max_prompt_tokens"] == want["prompt"]
     assert "#   +actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={image:1,video:0}" in out
+    # the processor normalises the pixels: vLLM's in-model normalisation buffers are noise after a dummy start
+    assert "#   +actor_rollout_ref.rollout.engine_kwargs.vllm.mm_device_do_normalize=false" in out
 
 
 def test_with_images_the_dry_run_needs_the_downloaded_processor() -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from verlog.errors import EngineStartError, VerlogError
 from verlog.models.folder import ModelFolderError, has_weights, load_chat_tokenizer
-from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_mm_limits
+from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_engine_kwargs
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
@@ -139,8 +139,9 @@ def vllm_engine_kwargs(
 ) -> dict[str, Any]:
     """The arguments of the evaluation's ``vllm.LLM``.
 
-    A vision-language model (``verlog.models.vision.is_vision_model``) gets ``limit_mm_per_prompt``:
-    ``images_per_prompt`` images, no videos.
+    A vision-language model (``verlog.models.vision.is_vision_model``) gets the training rollout's VLM settings
+    (``verlog.models.vision.vllm_engine_kwargs``: ``images_per_prompt`` images, no videos, pixels normalised by the
+    processor).
 
     On CPU the KV cache is sized explicitly (:data:`CPU_KV_CACHE_GIB`): left to vLLM, it reserves
     ``gpu_memory_utilization`` (0.92) of the machine's memory, and refuses to start while anything else, a training
@@ -154,7 +155,7 @@ def vllm_engine_kwargs(
         "seed": int(seed),
     }
     if is_vision_model(folder):
-        kwargs["limit_mm_per_prompt"] = vllm_mm_limits(images_per_prompt)
+        kwargs.update(vllm_engine_kwargs(images_per_prompt))
     if on_gpu:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     else:

@@ -2,7 +2,8 @@
 
 A folder is a vision-language model when its ``config.json`` has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL and the
 tiny VLM of ``verlog tiny-model --vision``). Such a model's vLLM engine is started with
-:func:`vllm_mm_limits`: images per prompt as the run needs, videos 0 (no video processor without torchvision).
+:func:`vllm_engine_kwargs`: images per prompt as the run needs, videos 0 (no video processor without torchvision),
+and the images normalised by the processor, not on the device.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ def is_vision_model(folder: str | Path) -> bool:
 def vllm_mm_limits(images_per_prompt: int) -> dict[str, int]:
     """vLLM's ``limit_mm_per_prompt`` for a VLM: ``images_per_prompt`` images (at least 1), no videos."""
     return {"image": max(1, int(images_per_prompt)), "video": 0}
+
+
+def vllm_engine_kwargs(images_per_prompt: int) -> dict[str, Any]:
+    """The vLLM engine arguments of a VLM, in training (verl's server) and in evaluation (a standalone engine).
+
+    - ``limit_mm_per_prompt``: :func:`vllm_mm_limits`.
+    - ``mm_device_do_normalize=False``: vLLM 0.31 normalises Qwen2-VL's pixels inside the model by default, with two
+      buffers (``visual.input_norm.weight`` and ``.bias``) computed from the processor's mean and std when the model
+      is built. verl starts its rollout engine on placeholder weights (``load_format=dummy``), which fill those
+      buffers with noise, and its weight sync sends only the checkpoint's tensors, so the buffers were never
+      repaired: every image reached the vision tower scaled by about 0 (measured: the tiny VLM after SFT on images,
+      93% success in ``verlog eval``, scored 4% in training's rollout, with ``training/rollout_probs_diff_max``
+      0.98 before any update; docs/vision.md). With the processor normalising, as the trainer's rows do, the model
+      holds no such buffer.
+    """
+    return {"limit_mm_per_prompt": vllm_mm_limits(images_per_prompt), "mm_device_do_normalize": False}
 
 
 def image_token_count(processor: Any, image: Any) -> int:

@@ -135,20 +135,26 @@ def _rollout_overrides(cfg: TrainConfig) -> list[str]:
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={AGENT_LOOP_MANAGER}",
-        *_image_limit_overrides(cfg.model.path, cfg.memory.max_image_history),
+        *_vision_engine_overrides(cfg.model.path, cfg.memory.max_image_history),
     ]
 
 
-def _image_limit_overrides(model_path: str, max_image_history: int) -> list[str]:
-    """vLLM's images per prompt on the vision-language path (``limit_mm_per_prompt``, at least 1 image, no videos:
-    verlog.models.vision), the same for a VLM trained on text only."""
-    from verlog.models.vision import multimodal_rows, vllm_mm_limits
+def _vision_engine_overrides(model_path: str, max_image_history: int) -> list[str]:
+    """The vLLM engine settings of the vision-language path (``verlog.models.vision.vllm_engine_kwargs``: images
+    per prompt, no videos, pixels normalised by the processor), the same for a VLM trained on text only."""
+    from verlog.models.vision import multimodal_rows, vllm_engine_kwargs
 
     if not multimodal_rows(model_path, max_image_history):
         return []
 
-    limits = ",".join(f"{k}:{v}" for k, v in vllm_mm_limits(max_image_history).items())
-    return [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.limit_mm_per_prompt={{{limits}}}"]
+    overrides = []
+    for key, value in vllm_engine_kwargs(max_image_history).items():
+        if isinstance(value, dict):
+            value = "{" + ",".join(f"{k}:{v}" for k, v in value.items()) + "}"
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        overrides.append(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.{key}={value}")
+    return overrides
 
 
 def _critic_overrides(cfg: TrainConfig) -> list[str]:
