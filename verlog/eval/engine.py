@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from verlog.errors import EngineStartError, VerlogError
 from verlog.models.folder import ModelFolderError, has_weights, load_chat_tokenizer
-from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_engine_kwargs
+from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_vision_kwargs
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
@@ -140,7 +140,7 @@ def vllm_engine_kwargs(
     """The arguments of the evaluation's ``vllm.LLM``.
 
     A vision-language model (``verlog.models.vision.is_vision_model``) gets the training rollout's VLM settings
-    (``verlog.models.vision.vllm_engine_kwargs``: ``images_per_prompt`` images, no videos, pixels normalised by the
+    (``verlog.models.vision.vllm_vision_kwargs``: ``images_per_prompt`` images, no videos, pixels normalised by the
     processor).
 
     On CPU the KV cache is sized explicitly (:data:`CPU_KV_CACHE_GIB`): left to vLLM, it reserves
@@ -155,7 +155,7 @@ def vllm_engine_kwargs(
         "seed": int(seed),
     }
     if is_vision_model(folder):
-        kwargs.update(vllm_engine_kwargs(images_per_prompt))
+        kwargs.update(vllm_vision_kwargs(images_per_prompt))
     if on_gpu:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     else:

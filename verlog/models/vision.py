@@ -2,7 +2,7 @@
 
 A folder is a vision-language model when its ``config.json`` has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL and the
 tiny VLM of ``verlog tiny-model --vision``). Such a model's vLLM engine is started with
-:func:`vllm_engine_kwargs`: images per prompt as the run needs, videos 0 (no video processor without torchvision),
+:func:`vllm_vision_kwargs`: images per prompt as the run needs, videos 0 (no video processor without torchvision),
 and the images normalised by the processor, not on the device.
 """
 
@@ -44,7 +44,7 @@ def vllm_mm_limits(images_per_prompt: int) -> dict[str, int]:
     return {"image": max(1, int(images_per_prompt)), "video": 0}
 
 
-def vllm_engine_kwargs(images_per_prompt: int) -> dict[str, Any]:
+def vllm_vision_kwargs(images_per_prompt: int) -> dict[str, Any]:
     """The vLLM engine arguments of a VLM, in training (verl's server) and in evaluation (a standalone engine).
 
     - ``limit_mm_per_prompt``: :func:`vllm_mm_limits`.

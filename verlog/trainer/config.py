@@ -140,15 +140,15 @@ def _rollout_overrides(cfg: TrainConfig) -> list[str]:
 
 
 def _vision_engine_overrides(model_path: str, max_image_history: int) -> list[str]:
-    """The vLLM engine settings of the vision-language path (``verlog.models.vision.vllm_engine_kwargs``: images
+    """The vLLM engine settings of the vision-language path (``verlog.models.vision.vllm_vision_kwargs``: images
     per prompt, no videos, pixels normalised by the processor), the same for a VLM trained on text only."""
-    from verlog.models.vision import multimodal_rows, vllm_engine_kwargs
+    from verlog.models.vision import multimodal_rows, vllm_vision_kwargs
 
     if not multimodal_rows(model_path, max_image_history):
         return []
 
     overrides = []
-    for key, value in vllm_engine_kwargs(max_image_history).items():
+    for key, value in vllm_vision_kwargs(max_image_history).items():
         if isinstance(value, dict):
             value = "{" + ",".join(f"{k}:{v}" for k, v in value.items()) + "}"
         elif isinstance(value, bool):

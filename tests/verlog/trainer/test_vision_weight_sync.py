@@ -3,7 +3,7 @@
 verl starts its rollout engine on placeholder weights (``load_format=dummy``) and fills them with the actor's tensors
 (``convert_weight_keys`` -> ``split_buffer_updates`` -> ``load_weights`` -> ``process_weights_after_loading``, then the
 caches reset). This script runs those same functions of verl on an in-process vLLM engine started with the settings
-verlog gives the training rollout of a VLM (``verlog.models.vision.vllm_engine_kwargs``) and compares the engine's
+verlog gives the training rollout of a VLM (``verlog.models.vision.vllm_vision_kwargs``) and compares the engine's
 prompt log-probs of image prompts with the Hugging Face model's. The control starts vLLM with its own default
 (pixels normalised inside the model by buffers that the placeholder start fills with noise and no sync repairs): it
 must stay far off, or the upstream bug is gone and the setting can go.
@@ -36,12 +36,12 @@ SCRIPT = textwrap.dedent(
     from vllm import LLM, SamplingParams
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    from verlog.models.vision import vllm_engine_kwargs
+    from verlog.models.vision import vllm_vision_kwargs
 
     def gap(path, device_normalize):
         processor = AutoProcessor.from_pretrained(path)
         hf = Qwen2VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-        kwargs = vllm_engine_kwargs(1)
+        kwargs = vllm_vision_kwargs(1)
         if device_normalize:
             kwargs.pop("mm_device_do_normalize")  # vLLM's default
         llm = LLM(model=path, load_format="dummy", dtype="float32", enforce_eager=True, max_model_len=512,
