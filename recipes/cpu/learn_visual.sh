@@ -30,12 +30,14 @@
 #   IMAGE_HISTORY       newest observations shown with their image [1]
 #   TEXT_CONTROL        1: also run the text-only control [1]
 #   WARM_START_STEPS    format-only warm start steps of 16 rows [150; smoke 3]
-#   PPO_ITERATIONS, PPO_SLOTS, PPO_TURNS   [120, 32, 4 = 128 rows an iteration; smoke 2, 2, 4]
-#   ACTOR_LR, CRITIC_LR, MINI_BATCHES [1e-3, 1e-3, 2]; ENTROPY_COEFF [0: with AdamW at lr 1e-3 the default bonus of
-#                       0.001 flattened the policy in one update]; KL_COEF [0: no KL penalty, no reference model]
+#   PPO_ITERATIONS, PPO_SLOTS, PPO_TURNS   [100, 64, 4 = 256 rows an iteration; smoke 2, 2, 4]
+#   ACTOR_LR, CRITIC_LR, MINI_BATCHES [5e-4, 1e-3, 2: at 1e-3 with 128 rows an iteration, v7 learnt to 76% and then
+#                       one update broke the answer format]; ENTROPY_COEFF [0]; KL_COEF [0: no KL penalty, no
+#                       reference model]
 #
-# Status: the target is not met yet; docs/results/visual-toy.md has every attempt (these defaults are v5's: +5.7
-# points [-1.0, +12.0] over the warm start in 16 minutes of PPO) and what to try next.
+# Status: these defaults are v8's, the target met: 34.0% -> 98.7% [97.3, 99.7] success on 300 held-out episodes,
+# 94.7% already at iteration 60 (13 minutes of PPO); the text-only control stays at chance
+# (docs/results/visual-toy.md has every attempt).
 #   EPISODES            evaluation episodes per model [300; smoke 4]
 #   MODEL_HIDDEN, MODEL_LAYERS, MODEL_HEADS, MODEL_KV_HEADS, MODEL_FFN   the tiny VLM's text model [64, 2, 2, 1, 128]
 set -euo pipefail
@@ -64,11 +66,11 @@ MODEL_KV_HEADS="${MODEL_KV_HEADS:-1}"
 MODEL_FFN="${MODEL_FFN:-128}"
 WARM_START_STEPS="${WARM_START_STEPS:-150}"
 EPISODES="${EPISODES:-300}"
-PPO_ITERATIONS="${PPO_ITERATIONS:-120}"
-PPO_SLOTS="${PPO_SLOTS:-32}"
+PPO_ITERATIONS="${PPO_ITERATIONS:-100}"
+PPO_SLOTS="${PPO_SLOTS:-64}"
 PPO_TURNS="${PPO_TURNS:-4}"
 PPO_RANKS="${PPO_RANKS:-1}"
-ACTOR_LR="${ACTOR_LR:-1e-3}"
+ACTOR_LR="${ACTOR_LR:-5e-4}"
 CRITIC_LR="${CRITIC_LR:-1e-3}"
 CRITIC_WARMUP="${CRITIC_WARMUP:-2}"
 MINI_BATCHES="${MINI_BATCHES:-2}"
