@@ -61,6 +61,30 @@ def iteration_line(step: int, total: int, metrics: dict[str, Any], elapsed_s: fl
     return " | ".join([parts[0], ", ".join(parts[1:])])
 
 
+ENGINE_GAP_KEY = "training/rollout_probs_diff_max"
+ENGINE_GAP_WARN = 0.5
+"""A larger gap between the rollout engine's and the actor's probabilities of the same sampled tokens, in a mode
+whose rows come from the current weights, means the two do not compute the same model (a measured case: vLLM's image
+normalisation left at noise, gap 0.98 before any update; docs/vision.md). fp32 noise is below 0.01; a very peaked
+policy trained at a high learning rate reached 0.15 (docs/results/visual-toy.md, v7)."""
+
+
+def engine_gap_warning(step: int, metrics: dict[str, Any]) -> str | None:
+    """A one-line warning when ``metrics`` (an iteration's, rows sampled by the weights being trained) shows the
+    rollout engine disagreeing with the actor by more than :data:`ENGINE_GAP_WARN`; else None."""
+    gap = metrics.get(ENGINE_GAP_KEY)
+    if not isinstance(gap, (int, float)) or isinstance(gap, bool) or not math.isfinite(float(gap)):
+        return None
+    if float(gap) <= ENGINE_GAP_WARN:
+        return None
+    return (
+        f"[verlog] warning: at iteration {step} the rollout engine and the actor give the same sampled tokens "
+        f"probabilities up to {float(gap):.2f} apart ({ENGINE_GAP_KEY}): the policy that acts is not the one that "
+        "trains (weights not synced, or different inputs such as images); PPO learns little until they agree. "
+        "docs/metrics.md says what to check"
+    )
+
+
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     out = []
     for r in records:

@@ -57,7 +57,7 @@ from verlog.rollout.build import build_rollout
 from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.iteration import append_iteration_logs
 from verlog.rollout.manager import RolloutManager
-from verlog.run.summary import iteration_line
+from verlog.run.summary import engine_gap_warning, iteration_line
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.model_passes import ModelPasses
@@ -93,6 +93,7 @@ class VerlogPPOTrainer(RunState, ModelPasses):
         super().__init__(*args, **kwargs)
         self._tapes: Any = None  # the run's TrainingTapes (init_workers)
         self._step_metrics: StepValue[dict[str, float]] = StepValue()  # compute_advantage -> the iteration's log
+        self._engine_gap_warned = False  # warn_engine_gap: once a run
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -287,6 +288,16 @@ class VerlogPPOTrainer(RunState, ModelPasses):
         metrics["progress/elapsed_s"] = elapsed
         return metrics
 
+    def warn_engine_gap(self, step: int, data: dict[str, Any]) -> None:
+        """Once a run: say when vLLM and the actor disagree on rows of the current weights
+        (:func:`verlog.run.summary.engine_gap_warning`; modes that train on older rows are left out)."""
+        if self._engine_gap_warned or self._async_mode().correction:
+            return
+        warning = engine_gap_warning(step, data)
+        if warning is not None:
+            self._engine_gap_warned = True
+            say(warning, err=True)
+
     def log_jsonl(self, data: dict[str, Any], step: int, rollout: bool = True) -> None:
         """The iteration's lines of ``metrics.jsonl`` and ``rollout.jsonl``
         (:func:`verlog.rollout.iteration.append_iteration_logs`)."""
@@ -309,6 +320,7 @@ def _tracking_with(base: type, trainer: VerlogPPOTrainer) -> type:
                         step, trainer.total_training_steps, data, data["progress/elapsed_s"], data["progress/eta_s"]
                     )
                 )
+                trainer.warn_engine_gap(step, data)
             elif any(str(k).startswith("eval/") for k in data):  # the evaluation before the first iteration
                 trainer.log_jsonl(data, step, rollout=False)
             return super().log(data, step, *args, **kwargs)
