@@ -12,14 +12,16 @@ The result is an untyped DictConfig; :func:`verlog.config.checks.typed_config` g
 verlog's configs are the repository's top-level configs/ folder; setup.py ships it inside the package as
 verlog/configs/ (the package ``verlog.configs``). :data:`DEFAULT_CONFIG_DIR` is the first of the two that holds
 ``train.yaml`` (:func:`find_config_dir`). :func:`moved_config_path` maps a path under the old ``verlog/configs/``
-to its new place, so that commands typed before the move still work.
+to its new place, so that commands typed before the move still work. :func:`format_override` writes a value in
+Hydra's override syntax (the trainer's overrides of verl's config, the sweep's trials).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +300,38 @@ def load_config(
         raise ConfigKeyError(yaml_error_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+_PLAIN_STRING = re.compile(r"^[A-Za-z_./:@+-][\w./:@+-]*$")
+
+
+def format_value(value: Any) -> str:
+    """``value`` in Hydra's override syntax, so that it parses back to the same value and type (a string that would
+    read as a number, a boolean or null is quoted)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _PLAIN_STRING.match(text) and text.lower() not in ("true", "false", "null") and not _is_number(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def format_override(key: str, value: Any) -> str:
+    """``key=value`` for verlog train's command line."""
+    return f"{key}={format_value(value)}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

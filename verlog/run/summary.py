@@ -46,14 +46,22 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+def finite_metric(metrics: dict[str, Any], key: str) -> float | None:
+    """``metrics[key]`` as a float when it is a finite number (not a bool), else None."""
+    value = metrics.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+        return float(value)
+    return None
+
+
 def iteration_line(step: int, total: int, metrics: dict[str, Any], elapsed_s: float, eta_s: float) -> str:
     """The console's line for iteration ``step`` of ``total``: the numbers of :data:`ITERATION_FIELDS` that
     ``metrics`` holds, the seconds of the iteration (verl's ``timing_s/step``), the time elapsed and the ETA."""
     parts = [f"[verlog] iteration {step}/{total}"]
     for key, label, fmt in ITERATION_FIELDS:
-        value = metrics.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
-            parts.append(f"{label} {fmt.format(float(value))}")
+        value = finite_metric(metrics, key)
+        if value is not None:
+            parts.append(f"{label} {fmt.format(value)}")
     step_s = metrics.get("timing_s/step")
     if isinstance(step_s, (int, float)) and math.isfinite(float(step_s)):
         parts.append(f"{float(step_s):.1f} s/it")
@@ -72,14 +80,12 @@ policy trained at a high learning rate reached 0.15 (docs/results/visual-toy.md,
 def engine_gap_warning(step: int, metrics: dict[str, Any]) -> str | None:
     """A one-line warning when ``metrics`` (an iteration's, rows sampled by the weights being trained) shows the
     rollout engine disagreeing with the actor by more than :data:`ENGINE_GAP_WARN`; else None."""
-    gap = metrics.get(ENGINE_GAP_KEY)
-    if not isinstance(gap, (int, float)) or isinstance(gap, bool) or not math.isfinite(float(gap)):
-        return None
-    if float(gap) <= ENGINE_GAP_WARN:
+    gap = finite_metric(metrics, ENGINE_GAP_KEY)
+    if gap is None or gap <= ENGINE_GAP_WARN:
         return None
     return (
         f"[verlog] warning: at iteration {step} the rollout engine and the actor give the same sampled tokens "
-        f"probabilities up to {float(gap):.2f} apart ({ENGINE_GAP_KEY}): the policy that acts is not the one that "
+        f"probabilities up to {gap:.2f} apart ({ENGINE_GAP_KEY}): the policy that acts is not the one that "
         "trains (weights not synced, or different inputs such as images); PPO learns little until they agree. "
         "docs/metrics.md says what to check"
     )

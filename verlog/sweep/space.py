@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from verlog.config.compose import format_override, format_value
 from verlog.errors import VerlogError
 
 PARAM_KINDS = ("choice", "uniform", "loguniform", "int")
@@ -49,7 +49,6 @@ SEED_KEY = "seed"
 """verlog train's config key of the training seed (``sampling.seeds`` sweeps it)."""
 _BRANCH_VALUE = "__value__"
 """In a grid, the key of a branch dict that holds the value of the key whose dependants the branch nests."""
-_PLAIN_STRING = re.compile(r"^[A-Za-z_./:@+-][\w./:@+-]*$")
 
 
 class SweepSpaceError(VerlogError, ValueError):
@@ -234,39 +233,6 @@ class Trial:
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "config": self.config, "params": dict(self.params), "seed": self.seed}
-
-
-# ------------------------------------------------------------------------------------------------ overrides
-def format_value(value: Any) -> str:
-    """``value`` in Hydra's override syntax, so that it parses back to the same value and type (a string that would
-    read as a number, a boolean or null is quoted)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    if _PLAIN_STRING.match(text) and text.lower() not in ("true", "false", "null") and not _is_number(text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def format_override(key: str, value: Any) -> str:
-    """``key=value`` for verlog train's command line."""
-    return f"{key}={format_value(value)}"
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _round(x: float, low: float, high: float) -> float:

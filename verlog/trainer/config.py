@@ -17,6 +17,7 @@ from verlog.algorithms.estimators import get_estimator
 from verlog.config import TrainConfig
 from verlog.config.async_modes import get_async_mode
 from verlog.config.checks import TrainConfigError, check_config
+from verlog.config.compose import format_override
 from verlog.run.folder import RunFolder
 
 __all__ = ["AGENT_LOOP_MANAGER", "TrainConfigError", "build_verl_config", "check_config", "verl_overrides"]
@@ -146,15 +147,10 @@ def _vision_engine_overrides(model_path: str, max_image_history: int) -> list[st
 
     if not multimodal_rows(model_path, max_image_history):
         return []
-
-    overrides = []
-    for key, value in vllm_vision_kwargs(max_image_history).items():
-        if isinstance(value, dict):
-            value = "{" + ",".join(f"{k}:{v}" for k, v in value.items()) + "}"
-        elif isinstance(value, bool):
-            value = str(value).lower()
-        overrides.append(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.{key}={value}")
-    return overrides
+    return [
+        format_override(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.{key}", value)
+        for key, value in vllm_vision_kwargs(max_image_history).items()
+    ]
 
 
 def _critic_overrides(cfg: TrainConfig) -> list[str]:
