@@ -192,6 +192,9 @@ class WeightSync:
         return {"async/in_flight_updates": float(self.in_flight_updates)}
 
     def _update(self, global_steps: int | None) -> Any:
+        # Every sync sends the actor's current weights, so an update still deferred is superseded by this one:
+        # applying it later would only relabel the servers' (newest) weights with an older version.
+        self._deferred = None
         out = self._manager.update_weights(global_steps)
         self.version = global_steps
         return out

@@ -152,6 +152,19 @@ def test_one_step_off_defers_an_update_that_arrives_during_a_collect() -> None:
     assert servers.calls[-1] == ("sleep",)
 
 
+def test_an_update_after_the_collect_ends_supersedes_the_deferred_one() -> None:
+    """The last iteration of a one_step_off run starts no collect: the update deferred during the one before is
+    superseded by the last update, and the evaluation that follows must see the newest version, not relabel it."""
+    servers, busy = Servers(), [True]
+    sync = WeightSync(servers, get_async_mode("one_step_off").weight_sync, lambda: busy[0])
+    sync.update_weights(3)  # collect 4 still running: deferred
+    busy[0] = False  # the last hand-off took collect 4 and started none
+    sync.update_weights(4)
+    sync.apply_deferred()  # what the evaluation does before it plays
+    assert servers.calls == [("update", 4)]
+    assert sync.version == 4 and sync.latest == 4
+
+
 def test_in_flight_aborts_updates_and_resumes_during_a_collect() -> None:
     servers = Servers()
     sync = WeightSync(servers, get_async_mode("in_flight").weight_sync, lambda: True)
