@@ -26,6 +26,7 @@ from verlog.config.schema import LOGGERS, OFF_CHOICES, RESUME_MODES, ROLLOUT_IS_
 from verlog.config.trackers import missing_tracker_packages
 from verlog.config.verl_section import VERL_CORRECTION, is_true, verl_setting
 from verlog.errors import VerlogError
+from verlog.run.folder import STEP_PREFIX
 
 
 class TrainConfigError(VerlogError, ValueError):
@@ -250,7 +251,7 @@ def check_values(cfg: TrainConfig, skip: Iterable[str] = ()) -> list[Problem]:
     if "logger" not in skipped and not any(p.key == "logger" for p in problems):
         problems += [Problem("logger", line) for line in missing_tracker_packages([str(n) for n in cfg.logger])]
     resume = cfg.checkpoint.resume
-    if resume not in RESUME_MODES and "/" not in resume and "global_step_" not in resume:
+    if resume not in RESUME_MODES and "/" not in resume and STEP_PREFIX not in resume:
         close = difflib.get_close_matches(resume, RESUME_MODES, n=1, cutoff=0.5)
         hint = f" Did you mean checkpoint.resume={close[0]}?" if close else ""
         problems.append(

@@ -19,7 +19,7 @@ from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_vi
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
-from verlog.run.folder import RunFolder
+from verlog.run.folder import STEP_PREFIX, TRACKER, RunFolder
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -40,17 +40,17 @@ def resolve_model_path(path: str | Path) -> Path:
         raise EvalModelError(f"model path {str(root)!r} does not exist: give a Hugging Face folder or a checkpoint")
     checkpoints = RunFolder(root).checkpoints
     if checkpoints.is_dir() and not (root / "config.json").is_file():  # the run folder of verlog train
-        if not (checkpoints / "latest_checkpointed_iteration.txt").is_file():
+        if not (checkpoints / TRACKER).is_file():
             raise EvalModelError(
                 f"the run {str(root)!r} saved no checkpoint yet: train with checkpoint.save_freq > 0 (a checkpoint "
                 "every that many iterations and at the last), or give a Hugging Face folder"
             )
         return resolve_model_path(checkpoints)
     candidates = [root, root / "huggingface", root / "actor" / "huggingface"]
-    latest = root / "latest_checkpointed_iteration.txt"
+    latest = root / TRACKER
     if latest.is_file():
         step = latest.read_text().strip()
-        step_dir = root / f"global_step_{step}"
+        step_dir = root / f"{STEP_PREFIX}{step}"
         candidates += [step_dir / "actor" / "huggingface", step_dir / "huggingface"]
     configs_without_weights = []
     for folder in candidates:

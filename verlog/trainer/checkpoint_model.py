@@ -26,7 +26,7 @@ from typing import Any
 from verlog.console import QuietConsole
 from verlog.errors import VerlogError
 from verlog.models.folder import has_weights, record_stored_dtype
-from verlog.run.folder import CHECKPOINTS, TRACKER, latest_step, step_folder
+from verlog.run.folder import CHECKPOINTS, STEP_PREFIX, TRACKER, latest_step, step_folder
 
 HF_SUBFOLDER = "huggingface"
 """The Hugging Face folder inside a checkpoint's ``actor/`` (verl's name)."""
@@ -68,7 +68,7 @@ def checkpoint_actor(path: str | os.PathLike[str], step: int | None = None) -> P
         actor = root / "actor"
     else:
         checkpoints = root / CHECKPOINTS if (root / CHECKPOINTS).is_dir() else root
-        if not (checkpoints / TRACKER).exists() and not any(checkpoints.glob("global_step_*")):
+        if not (checkpoints / TRACKER).exists() and not any(checkpoints.glob(f"{STEP_PREFIX}*")):
             return None
         return _step_actor(checkpoints, step)
     own = checkpoint_step(actor)
@@ -83,13 +83,13 @@ def checkpoint_actor(path: str | os.PathLike[str], step: int | None = None) -> P
 def checkpoint_step(actor: Path) -> int | None:
     """The iteration K of the checkpoint whose ``actor/`` folder this is (its parent's name ``global_step_K``)."""
     name = actor.parent.name
-    tail = name.removeprefix("global_step_")
+    tail = name.removeprefix(STEP_PREFIX)
     return int(tail) if tail != name and tail.isdigit() else None
 
 
 def checkpoint_steps(checkpoints: Path) -> list[int]:
     """The iterations of the checkpoint folders (``global_step_K`` with an ``actor/``) in ``checkpoints``, sorted."""
-    steps = (checkpoint_step(folder / "actor") for folder in checkpoints.glob("global_step_*"))
+    steps = (checkpoint_step(folder / "actor") for folder in checkpoints.glob(f"{STEP_PREFIX}*"))
     return sorted(k for k in steps if k is not None and (step_folder(checkpoints, k) / "actor").is_dir())
 
 
