@@ -10,6 +10,22 @@ cpu_environment() {
     export VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
 }
 
+# json_object KEY=VALUE...: the JSON object of the pairs, on stdout (the learning recipes' ENV_KWARGS_JSON): a
+# VALUE that is a JSON number, true, false or null stays as it is; any other VALUE becomes a string
+json_object() {
+    local pair key value out="" number='^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$'
+    for pair in "$@"; do
+        key="${pair%%=*}"
+        value="${pair#*=}"
+        if ! [[ "$value" =~ $number || "$value" == true || "$value" == false || "$value" == null ]]; then
+            value="${value//\\/\\\\}"
+            value="\"${value//\"/\\\"}\""
+        fi
+        out+="${out:+, }\"$key\": $value"
+    done
+    printf '{%s}\n' "$out"
+}
+
 # require_python NAME: stop (exit 1) with one line unless $PYTHON is an executable; NAME tags the line
 require_python() {
     if [ ! -x "$PYTHON" ]; then

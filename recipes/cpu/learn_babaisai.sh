@@ -91,7 +91,8 @@ START=demos
 DEFAULT_OUTPUT_DIR=outputs/learn-babaisai
 DEFAULT_RESULTS=docs/results/babaisai/latest.md
 EXTRA_SETTINGS=(TASK)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty="$FORMAT_PENALTY" binary_reward=true max_steps="$MAX_STEPS" \
+    time_limit="$TIME_LIMIT")
 source "$ROOT/recipes/cpu/learn_common.sh"
 run_all sft
 exit 0

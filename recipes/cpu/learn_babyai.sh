@@ -93,7 +93,8 @@ DEFAULT_OUTPUT_DIR=outputs/learn-babyai
 DEFAULT_RESULTS=docs/results/babyai-goto/latest.md
 EXTRA_SETTINGS=(TASK)
 # the env's settings, the same in demos, PPO and evaluation (configs/env/babyai_goto.yaml's, with the step limit)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty="$FORMAT_PENALTY" binary_reward=true max_steps="$MAX_STEPS" \
+    time_limit="$TIME_LIMIT")
 # the stages (demos -> SFT -> evaluations -> PPO runs -> results) are the CPU recipes' common ones
 source "$ROOT/recipes/cpu/learn_common.sh"
 run_all sft

@@ -53,8 +53,8 @@ ENV_ID="crafter/$TASK"
 DEFAULT_OUTPUT_DIR=outputs/learn-crafter
 DEFAULT_RESULTS=docs/results/crafter/latest.md
 EXTRA_SETTINGS=(TASK)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
-EVAL_ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": 0.0, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty="$FORMAT_PENALTY" max_steps="$MAX_STEPS" time_limit="$TIME_LIMIT")
+EVAL_ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty=0.0 max_steps="$MAX_STEPS" time_limit="$TIME_LIMIT")
 source "$ROOT/recipes/cpu/learn_common.sh"
 run_all warm_start
 exit 0

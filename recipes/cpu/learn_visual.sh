@@ -87,7 +87,8 @@ ENV_ID=toy/visual
 DEFAULT_OUTPUT_DIR=outputs/learn-visual
 DEFAULT_RESULTS=docs/results/visual-toy/latest.md
 EXTRA_SETTINGS=(LENGTH MIN_SIDE MAX_SIDE)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"length\": $LENGTH, \"min_side\": $MIN_SIDE, \"max_side\": $MAX_SIDE, \"max_steps\": $MAX_STEPS, \"time_limit\": \"$TIME_LIMIT\"}"
+ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty="$FORMAT_PENALTY" length="$LENGTH" min_side="$MIN_SIDE" \
+    max_side="$MAX_SIDE" max_steps="$MAX_STEPS" time_limit="$TIME_LIMIT")
 PPO_ENV_OVERRIDES=(env.kwargs.min_side="$MIN_SIDE" env.kwargs.max_side="$MAX_SIDE")
 source "$ROOT/recipes/cpu/learn_common.sh"
 run_all warm_start

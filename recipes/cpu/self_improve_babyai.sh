@@ -77,7 +77,8 @@ START_MODEL_PATH="${START_MODEL_PATH:-}"
 EXTRA_SETTINGS=(TASK ROUNDS COLLECT_EPISODES COLLECT_SEED_START SELF_SFT_STEPS SELF_SFT_LR SELF_SFT_WARMUP_RATIO
     SUCCESS_ONLY VALID_ONLY START_MODEL_PATH)
 # the env's settings, the same in demos, collection and evaluation (learn_babyai.sh's, with the step limit)
-ENV_KWARGS_JSON="{\"parse_mode\": \"strict\", \"format_penalty\": $FORMAT_PENALTY, \"binary_reward\": true, \"max_steps\": $MAX_STEPS, \"time_limit\": \"terminate\"}"
+ENV_KWARGS_JSON=$(json_object parse_mode=strict format_penalty="$FORMAT_PENALTY" binary_reward=true max_steps="$MAX_STEPS" \
+    time_limit=terminate)
 # the settings, checks and stages (stage, start_model, evaluate) of the CPU recipes
 source "$ROOT/recipes/cpu/learn_common.sh"
 

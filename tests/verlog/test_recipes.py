@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +146,16 @@ def test_recipes_have_no_hard_coded_paths_or_conda():
 
 
 # The quick start's end-to-end run (warm start, PPO that learns) is tests/verlog/trainer/test_learnability_e2e.py.
+
+
+def test_json_object_builds_the_recipes_env_kwargs() -> None:
+    """cpu_common.sh's json_object (the learning recipes' ENV_KWARGS_JSON): JSON numbers and literals stay as they
+    are, anything else becomes a string with its quotes and backslashes escaped."""
+    pairs = ["parse_mode=strict", "format_penalty=0.2", "binary_reward=true", "max_steps=12", "lr=1e-3", "n=-3",
+             "seed=007", "none=null", 'text=say "go"\\now', "empty="]  # fmt: skip
+    script = f'source "{REPO}/recipes/cpu/cpu_common.sh"; json_object "$@"'
+    out = subprocess.run(["bash", "-c", script, "json_object", *pairs], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {
+        "parse_mode": "strict", "format_penalty": 0.2, "binary_reward": True, "max_steps": 12, "lr": 1e-3, "n": -3,
+        "seed": "007", "none": None, "text": 'say "go"\\now', "empty": "",
+    }  # fmt: skip
