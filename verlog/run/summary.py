@@ -91,6 +91,28 @@ def engine_gap_warning(step: int, metrics: dict[str, Any]) -> str | None:
     )
 
 
+class EngineGapWarner:
+    """The run's one engine-gap warning (:func:`engine_gap_warning`): the first iteration past the threshold, never
+    again; nothing when the rows come from older weights (``older_rows``: the async modes with correction), whose gap
+    is expected.
+
+    Args:
+        older_rows: the run trains on rows sampled by weights older than the actor's.
+    """
+
+    def __init__(self, older_rows: bool) -> None:
+        self.older_rows = older_rows
+        self.warned = False
+
+    def check(self, step: int, metrics: dict[str, Any]) -> str | None:
+        """The warning for this iteration's ``metrics``, at most once a run; else None."""
+        if self.warned or self.older_rows:
+            return None
+        warning = engine_gap_warning(step, metrics)
+        self.warned = warning is not None
+        return warning
+
+
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     out = []
     for r in records:

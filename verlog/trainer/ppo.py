@@ -57,7 +57,7 @@ from verlog.rollout.build import build_rollout
 from verlog.rollout.generator import VerlServerGenerator
 from verlog.rollout.iteration import append_iteration_logs
 from verlog.rollout.manager import RolloutManager
-from verlog.run.summary import engine_gap_warning, iteration_line
+from verlog.run.summary import EngineGapWarner, iteration_line
 from verlog.trainer.advantage_step import BatchLayout, advantage_step, record_tapes, update_curriculum
 from verlog.trainer.async_rollout import WeightSync, lag_step
 from verlog.trainer.model_passes import ModelPasses
@@ -93,7 +93,6 @@ class VerlogPPOTrainer(RunState, ModelPasses):
         super().__init__(*args, **kwargs)
         self._tapes: Any = None  # the run's TrainingTapes (init_workers)
         self._step_metrics: StepValue[dict[str, float]] = StepValue()  # compute_advantage -> the iteration's log
-        self._engine_gap_warned = False  # warn_engine_gap: once a run
 
     def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         rows = int(self.config.data.train_batch_size)
@@ -138,6 +137,7 @@ class VerlogPPOTrainer(RunState, ModelPasses):
             self.checkpoint_manager = WeightSync(self.checkpoint_manager, mode.weight_sync, manager.ahead.busy)
             manager.ahead.before_start = self.checkpoint_manager.apply_deferred
         self._tapes = self._build_tapes()
+        self._engine_gap = EngineGapWarner(older_rows=mode.correction)  # warn_engine_gap
 
     def _build_rollout(self) -> RolloutManager:
         """The run's rollout (:func:`verlog.rollout.build.build_rollout`), generating through verl's vLLM servers."""
@@ -291,11 +291,8 @@ class VerlogPPOTrainer(RunState, ModelPasses):
     def warn_engine_gap(self, step: int, data: dict[str, Any]) -> None:
         """Once a run: say when vLLM and the actor disagree on rows of the current weights
         (:func:`verlog.run.summary.engine_gap_warning`; modes that train on older rows are left out)."""
-        if self._engine_gap_warned or self._async_mode().correction:
-            return
-        warning = engine_gap_warning(step, data)
+        warning = self._engine_gap.check(step, data)
         if warning is not None:
-            self._engine_gap_warned = True
             say(warning, err=True)
 
     def log_jsonl(self, data: dict[str, Any], step: int, rollout: bool = True) -> None:
