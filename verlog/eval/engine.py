@@ -19,7 +19,7 @@ from verlog.models.vision import is_vision_model, placeholder_token_ids, vllm_vi
 from verlog.prompting.sampling import SamplingConfig
 from verlog.rollout.generator import Generator, TransformersGenerator, VllmEngineGenerator
 from verlog.rollout.stepper import GeneratorPolicy, Policy
-from verlog.run.folder import STEP_PREFIX, TRACKER, RunFolder
+from verlog.run.folder import RunFolder, latest_step, step_folder
 
 ENGINES = ("vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,19 +38,18 @@ def resolve_model_path(path: str | Path) -> Path:
     root = Path(path).expanduser()
     if not root.exists():
         raise EvalModelError(f"model path {str(root)!r} does not exist: give a Hugging Face folder or a checkpoint")
-    checkpoints = RunFolder(root).checkpoints
-    if checkpoints.is_dir() and not (root / "config.json").is_file():  # the run folder of verlog train
-        if not (checkpoints / TRACKER).is_file():
+    run = RunFolder(root)
+    if run.checkpoints.is_dir() and not (root / "config.json").is_file():  # the run folder of verlog train
+        if not run.tracker.is_file():
             raise EvalModelError(
                 f"the run {str(root)!r} saved no checkpoint yet: train with checkpoint.save_freq > 0 (a checkpoint "
                 "every that many iterations and at the last), or give a Hugging Face folder"
             )
-        return resolve_model_path(checkpoints)
+        return resolve_model_path(run.checkpoints)
     candidates = [root, root / "huggingface", root / "actor" / "huggingface"]
-    latest = root / TRACKER
-    if latest.is_file():
-        step = latest.read_text().strip()
-        step_dir = root / f"{STEP_PREFIX}{step}"
+    step = latest_step(root)  # root: a checkpoints folder
+    if step is not None:
+        step_dir = step_folder(root, step)
         candidates += [step_dir / "actor" / "huggingface", step_dir / "huggingface"]
     configs_without_weights = []
     for folder in candidates:

@@ -62,9 +62,9 @@ def iteration_line(step: int, total: int, metrics: dict[str, Any], elapsed_s: fl
         value = finite_metric(metrics, key)
         if value is not None:
             parts.append(f"{label} {fmt.format(value)}")
-    step_s = metrics.get("timing_s/step")
-    if isinstance(step_s, (int, float)) and math.isfinite(float(step_s)):
-        parts.append(f"{float(step_s):.1f} s/it")
+    step_s = finite_metric(metrics, "timing_s/step")
+    if step_s is not None:
+        parts.append(f"{step_s:.1f} s/it")
     parts.append(f"elapsed {duration(elapsed_s)}, ETA {duration(eta_s)}")
     return " | ".join([parts[0], ", ".join(parts[1:])])
 
@@ -116,9 +116,9 @@ class EngineGapWarner:
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     out = []
     for r in records:
-        v = r.get(key)
-        if isinstance(v, (int, float)) and math.isfinite(float(v)):
-            out.append((int(r.get("step", len(out) + 1)), float(v)))
+        v = finite_metric(r, key)
+        if v is not None:
+            out.append((int(r.get("step", len(out) + 1)), v))
     return out
 
 
